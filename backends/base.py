@@ -1,0 +1,114 @@
+"""The interface every backend implements, and the two small records it passes around.
+
+A backend is discovered lazily (see :mod:`multibackend.registry`); nothing here imports a GPU
+library. The contract:
+
+- ``available()``: None, or the :class:`Reason` the backend cannot run here at all (import
+  failed, no GPU, no nvcc...). Never raises.
+- ``supports(problem)``: None, or the Reason this problem is refused. Pure: decided from the
+  :class:`~multibackend.problem.Problem` alone, on the CPU.
+- ``configs(problem)``: the candidate configurations (tile shapes, stages, warps, schedules),
+  the default first.
+- ``prepare(problem, config)``: compile or load from the persistent cache.
+- ``run(problem, operands, config)``: launch on ``operands.stream`` and write every element of
+  ``operands.d``; never synchronize the device.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from multibackend.capability import Capability, Reason
+from multibackend.problem import Problem
+
+
+@dataclass(frozen=True)
+class Config:
+    """One candidate kernel configuration: a readable name and its parameters."""
+
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, name: str, **params: Any) -> "Config":
+        return cls(name, tuple(sorted(params.items())))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, **dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Config":
+        data = dict(data)
+        return cls.of(data.pop("name"), **data)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass
+class Operands:
+    """The arrays of one call, as torch tensors on the problem's device.
+
+    For matmul ``a``, ``b``, ``c`` (or None) and ``d`` are 3-D (batch, rows, cols) views with
+    the strides the caller gave (batch stride 0 where one matrix is broadcast); ``d`` is
+    row-major and contiguous. For dot, ``a`` and ``b`` are 1-D and ``d`` holds one element.
+    ``stream`` is the CUDA stream handle the caller's work is ordered on (0 on the host).
+    """
+
+    a: Any
+    b: Any
+    c: Any
+    d: Any
+    alpha: float | int = 1
+    beta: float | int = 0
+    stream: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Backend(abc.ABC):
+    """One way of running matmul/dot. Subclasses fill in ``name`` and ``capability``."""
+
+    name: str = ""
+    #: whether ``backend="auto"`` may choose this backend by heuristic (a baseline may not)
+    ranked: bool = True
+
+    @abc.abstractmethod
+    def available(self) -> Reason | None:
+        """None when the backend can run on this machine, else why not."""
+
+    @property
+    @abc.abstractmethod
+    def capability(self) -> Capability:
+        """The backend's support table."""
+
+    def supports(self, problem: Problem) -> Reason | None:
+        return self.capability.check(problem)
+
+    def note(self, problem: Problem) -> str | None:
+        """A fact worth showing in ``explain()`` when the backend accepts ``problem``."""
+        return self.capability.note(problem)
+
+    @abc.abstractmethod
+    def configs(self, problem: Problem) -> list[Config]:
+        """Candidate configurations for ``problem``, the default first."""
+
+    def default_config(self, problem: Problem) -> Config:
+        return self.configs(problem)[0]
+
+    def prepare(self, problem: Problem, config: Config) -> None:
+        """Compile or load what ``run`` needs; a no-op by default."""
+
+    @abc.abstractmethod
+    def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        """Launch on ``operands.stream``, writing all of ``operands.d``."""
+
+    def versions(self) -> dict[str, str]:
+        """Versions of the libraries the backend's results depend on (for tuning tables)."""
+        return {}
+
+    def unavailable(self, rule: str, message: str) -> Reason:
+        return Reason(self.name, rule, message)

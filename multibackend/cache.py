@@ -1,0 +1,77 @@
+"""Where compiled kernels and tuning tables live, and how they are written.
+
+Everything goes under the user cache directory (``$MULTIBACKEND_CACHE_DIR``, else
+``$XDG_CACHE_HOME/multibackend``, else ``~/.cache/multibackend``), never the working directory.
+Writes are atomic (a temporary file in the same directory, then ``os.replace``), so two
+processes writing the same entry cannot leave a torn file; a reader that finds an entry it
+cannot use deletes it and rebuilds.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+
+def cache_root() -> Path:
+    """The root cache directory (created on first use)."""
+    env = os.environ.get("MULTIBACKEND_CACHE_DIR")
+    if env:
+        root = Path(env)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = Path(base) / "multibackend"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def cache_dir(kind: str) -> Path:
+    """A sub-directory of the cache for one kind of artifact (``"raw_wmma"``, ``"cutlass"``...)."""
+    path = cache_root() / kind
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def digest(*parts: bytes | str) -> str:
+    """A stable hex key over the given parts (source, options, arch, tool versions...)."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_entry(path: Path, validate) -> bytes | None:
+    """The entry's bytes if it exists and ``validate(data)`` is true; a corrupt entry is
+    removed (so the caller rebuilds it) and None returned."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if validate(data):
+        return data
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    return None

@@ -1,0 +1,32 @@
+"""Shared test fixtures: the GPU marker's skip, random operands and poisoned outputs.
+
+GPU tests carry ``@pytest.mark.gpu``; where no CUDA device is visible they are skipped with
+that reason. Random operands are never zeros; outputs are filled with NaN (floats) or a
+sentinel (integers) before a kernel runs, so an element the kernel did not write fails.
+"""
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = gpu_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"GPU test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
