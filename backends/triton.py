@@ -1,0 +1,200 @@
+"""The Triton backend: our ``tl.dot`` kernels (see :mod:`.triton_kernels`) behind the
+backend interface.
+
+Dtypes: f16 and bf16 (float32 accumulation, float16 accumulation for f16 on request), float32
+in the three precision modes (tf32, tf32x3, ieee), int8 -> int32, fp8 e4m3/e5m2 on sm_89+,
+float64; any strides for A and B, batched operands, alpha/beta/C fused in the epilogue. Dot
+for f16, bf16, f32 and f64.
+
+Configs: "autotune" (the default on a GPU) times the Hopper-sized candidates below on the
+first call for each shape and keeps the fastest; each candidate is also a config of its own so
+the tuner can choose one directly. Under ``TRITON_INTERPRET=1`` (no GPU) one small config runs
+and bf16 operands are upcast before ``tl.dot``, which the interpreter computes wrongly
+otherwise; the interpreter also ignores tf32 rounding (its results are more accurate than the
+GPU's), which the tests take into account.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+
+from multibackend.backends.base import Backend, Config, Operands
+from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.problem import Problem
+
+#: Hopper-sized GEMM candidates: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
+GPU_TILES = (
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (128, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 3),
+)
+INTERPRETER_TILE = (32, 32, 32, 4, 1)
+DOT_BLOCK = 4096
+DOT_WARPS = 8
+DOT_PROGRAMS_PER_SM = 4
+
+_FLOATS_OUT = ("float16", "bfloat16", "float32")
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _tile_config(tile: tuple[int, int, int, int, int]) -> Config:
+    bm, bn, bk, warps, stages = tile
+    return Config.of(f"{bm}x{bn}x{bk}_w{warps}_s{stages}", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                     num_warps=warps, num_stages=stages)
+
+
+def _capability() -> Capability:
+    f32_out = ("float32",)
+    rules = (
+        DtypeRule("float16", accs=("float32", "float16"), outs=_FLOATS_OUT),
+        DtypeRule("bfloat16", accs=("float32",), outs=_FLOATS_OUT, min_cc=(8, 0)),
+        DtypeRule("float32", accs=("float32",), outs=f32_out,
+                  precisions=("ieee", "tf32", "tf32x3")),
+        DtypeRule("float64", accs=("float64",), outs=("float64",), min_cc=(8, 0)),
+        DtypeRule("int8", accs=("int32",), outs=("int32",), min_cc=(8, 0)),
+        DtypeRule("float8_e4m3fn", accs=("float32",), outs=_FLOATS_OUT, min_cc=(8, 9)),
+        DtypeRule("float8_e5m2", accs=("float32",), outs=_FLOATS_OUT, min_cc=(8, 9)),
+        DtypeRule("float16", accs=("float32",), outs=("float32",), ops=("dot",)),
+        DtypeRule("bfloat16", accs=("float32",), outs=("float32",), ops=("dot",)),
+        DtypeRule("float32", accs=("float32",), outs=("float32",), ops=("dot",)),
+        DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
+    )
+    return Capability("triton", rules, batched=True, saturate=False,
+                      extra_checks=(_accumulator_rule,))
+
+
+def _accumulator_rule(problem: Problem) -> tuple[str, str] | None:
+    if problem.acc == "float16" and problem.d_dtype != "float16":
+        return ("accumulator", "float16 accumulation writes a float16 D only")
+    return None
+
+
+class TritonBackend(Backend):
+    name = "triton"
+
+    def __init__(self) -> None:
+        self._capability = _capability()
+        self._best: dict[tuple, Config] = {}
+
+    @property
+    def capability(self) -> Capability:
+        return self._capability
+
+    def available(self) -> Reason | None:
+        if interpreting():
+            return None
+        import torch
+
+        if not torch.cuda.is_available():
+            return self.unavailable("environment", "no CUDA GPU visible (set TRITON_INTERPRET=1 "
+                                                   "to run the kernels in Triton's interpreter)")
+        return None
+
+    def supports(self, problem: Problem) -> Reason | None:
+        if interpreting() and problem.cc is None:
+            problem = problem.with_(cc=(9, 0))
+        return super().supports(problem)
+
+    def versions(self) -> dict[str, str]:
+        return {"triton": triton.__version__}
+
+    def configs(self, problem: Problem) -> list[Config]:
+        if problem.op == "dot":
+            return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
+                              num_warps=DOT_WARPS)]
+        if interpreting():
+            return [_tile_config(INTERPRETER_TILE)]
+        return [Config.of("autotune")] + [_tile_config(t) for t in GPU_TILES]
+
+    # -- matmul -------------------------------------------------------------------------
+    def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
+        import triton.language as tl
+
+        from . import triton_kernels as kernels
+
+        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        acc = {"float32": tl.float32, "float16": tl.float16, "float64": tl.float64,
+               "int32": tl.int32}[problem.acc]
+        precision = problem.precision or "ieee"
+        if problem.in_dtype == "float64":
+            precision = "ieee"
+        upcast = interpreting() and problem.in_dtype in ("bfloat16", "float8_e4m3fn",
+                                                         "float8_e5m2")
+        a, b, c, d = ops.a, ops.b, ops.c, ops.d
+        c_arg = c if c is not None else d
+        c_strides = c.stride() if c is not None else (0, 0, 0)
+        grid = (triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn), problem.batch)
+        kernels.matmul_kernel[grid](
+            a, b, c_arg, d, problem.m, problem.n, problem.k,
+            a.stride(0), a.stride(1), a.stride(2),
+            b.stride(0), b.stride(1), b.stride(2),
+            *c_strides, *d.stride(),
+            ops.alpha, ops.beta,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, ACC=acc,
+            INPUT_PRECISION=precision, HAS_C=c is not None,
+            EVEN_K=problem.k % bk == 0, UPCAST=upcast, SCALE=ops.alpha != 1,
+            num_warps=config.get("num_warps"), num_stages=config.get("num_stages"),
+        )
+
+    def _autotuned(self, problem: Problem, ops: Operands) -> Config:
+        """The fastest GPU tile for this problem's shape, timed once per process."""
+        key = (problem.key, problem.acc, problem.has_c)
+        best = self._best.get(key)
+        if best is None:
+            from multibackend.timing import time_gpu
+
+            results = []
+            for tile in GPU_TILES:
+                candidate = _tile_config(tile)
+                try:
+                    ms = time_gpu(lambda: self._launch_matmul(problem, ops, candidate),
+                                  warmup=2, reps=5, flush_l2=False).median_ms
+                except Exception:  # a tile the compiler cannot fit is skipped
+                    continue
+                results.append((ms, candidate))
+            if not results:
+                raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
+            best = min(results, key=lambda r: r[0])[1]
+            self._best[key] = best
+        return best
+
+    # -- dot ------------------------------------------------------------------------------
+    def _launch_dot(self, problem: Problem, ops: Operands, config: Config) -> None:
+        import torch
+        import triton.language as tl
+
+        from . import triton_kernels as kernels
+
+        block = config.get("BLOCK")
+        acc = tl.float64 if problem.acc == "float64" else tl.float32
+        if ops.a.is_cuda:
+            sms = torch.cuda.get_device_properties(ops.a.device).multi_processor_count
+        else:
+            sms = 2
+        programs = max(1, min(triton.cdiv(problem.k, block), sms * DOT_PROGRAMS_PER_SM))
+        partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)
+        kernels.dot_partial_kernel[(programs,)](
+            ops.a, ops.b, partial, problem.k, ops.a.stride(0), ops.b.stride(0),
+            BLOCK=block, ACC=acc, num_warps=config.get("num_warps"))
+        kernels.dot_finish_kernel[(1,)](partial, ops.d, programs, BLOCK=1024, ACC=acc,
+                                        num_warps=4)
+
+    def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        if problem.op == "dot":
+            self._launch_dot(problem, operands, config)
+            return
+        if config.name == "autotune":
+            config = self._autotuned(problem, operands)
+        self._launch_matmul(problem, operands, config)
+
+
+def create() -> Backend:
+    return TritonBackend()

@@ -1,0 +1,108 @@
+"""The Triton kernels: a strided, batched ``tl.dot`` GEMM with a fused alpha/beta/C epilogue,
+and a two-pass dot product.
+
+Imported only when the Triton backend first runs, so that ``TRITON_INTERPRET=1`` set by the
+caller (or the test suite) before then takes effect: the interpreter decides at definition time.
+
+GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M tile-rows at a
+time, for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and
+column-major A and B run without copies. Rows and columns past M and N are read wrapped
+(index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
+unless EVEN_K. The accumulator is float32, float16, float64 or int32 (ACC); D is written
+masked, once.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def matmul_kernel(
+    a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
+    stride_ab, stride_am, stride_ak,
+    stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn,
+    stride_db, stride_dm, stride_dn,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    HAS_C: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+    SCALE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * grid_n
+    group = pid // per_group
+    first_m = group * GROUP_M
+    group_size = min(grid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % per_group) % group_size)
+    pid_n = (pid % per_group) // group_size
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows = offs_m % M
+    cols = offs_n % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
+              + offs_k[None, :] * stride_ak)
+    b_ptrs = (b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk
+              + cols[None, :] * stride_bn)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - kt * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SCALE:
+        acc = acc * alpha
+    if HAS_C:
+        c_ptrs = (c_ptr + batch * stride_cb + offs_m[:, None] * stride_cm
+                  + offs_n[None, :] * stride_cn)
+        c = tl.load(c_ptrs, mask=mask, other=0)
+        acc = acc + beta * c.to(ACC)
+    d_ptrs = (d_ptr + batch * stride_db + offs_m[:, None] * stride_dm
+              + offs_n[None, :] * stride_dn)
+    tl.store(d_ptrs, acc.to(d_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def dot_partial_kernel(x_ptr, y_ptr, partial_ptr, n, stride_x, stride_y,
+                       BLOCK: tl.constexpr, ACC: tl.constexpr):
+    """Each program sums x*y over a grid-stride sweep of BLOCK-wide chunks into one partial."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=ACC)
+    for start in range(pid * BLOCK, n, programs * BLOCK):
+        idx = start + offs
+        mask = idx < n
+        x = tl.load(x_ptr + idx.to(tl.int64) * stride_x, mask=mask, other=0)
+        y = tl.load(y_ptr + idx.to(tl.int64) * stride_y, mask=mask, other=0)
+        acc += x.to(ACC) * y.to(ACC)
+    tl.store(partial_ptr + pid, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def dot_finish_kernel(partial_ptr, out_ptr, count, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    """One program adds the partials (deterministically, in a fixed order)."""
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), dtype=ACC)
+    for start in range(0, count, BLOCK):
+        idx = start + offs
+        acc += tl.load(partial_ptr + idx, mask=idx < count, other=0).to(ACC)
+    tl.store(out_ptr, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty))

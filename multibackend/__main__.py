@@ -1,0 +1,4 @@
+"""``python -m multibackend``: see :mod:`multibackend.cli`."""
+from .cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""The public calls: ``matmul``, ``binary_matmul``, ``dot`` and ``explain``.
+
+Semantics every backend shares (and the tests hold them to):
+
+- ``D = alpha * A @ B + beta * C``; A is (M, K) or (batch, M, K), B (K, N) or (batch, K, N),
+  a 2-D operand is broadcast over the batch; C is (M, N) or (batch, M, N) of D's dtype.
+- M, N, K may be any size >= 1. K = 0 gives ``beta * C`` (zeros without C), M = 0 or N = 0
+  an empty result; these are answered here without a kernel.
+- Integer inputs give int32 and take integer alpha and beta; fp8 inputs give float32.
+- NaN and Inf in the inputs propagate as IEEE arithmetic says (0 * Inf = NaN, Inf - Inf =
+  NaN, a NaN anywhere in a row of A or column of B poisons that output), the same in every
+  backend. A result that saturates (``saturate=True``, WMMA's satf) maps +-Inf to the largest
+  finite value and NaN to +0 instead.
+- Work is ordered on the caller's current stream; nothing synchronizes the device, except
+  that a NumPy result is copied back to the host.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .arrays import on_stream, to_kind
+from .dispatch import Decision, decide
+from .errors import InvalidArgument
+from .registry import REGISTRY
+from .request import Call, dot_call, matmul_call
+
+BITOPS = ("xor", "and")
+
+
+def execute(call: Call, decision: Decision) -> None:
+    """Prepare and run the decided backend on the call's operands (on the caller's stream)."""
+    backend = REGISTRY.get(decision.backend)
+    with on_stream(call.operands.stream, call.device):
+        backend.prepare(call.problem, decision.config)
+        backend.run(call.problem, call.operands, decision.config)
+
+
+def _trivial(call: Call) -> bool:
+    """Answer empty and K = 0 matmuls without a kernel; True when done."""
+    p, ops = call.problem, call.operands
+    if p.m and p.n and p.k:
+        return False
+    if ops.d.numel() and ops.c is not None and ops.beta != 0:
+        with on_stream(ops.stream, call.device):
+            ops.d.copy_(ops.c * ops.beta)
+    elif ops.d.numel():
+        ops.d.zero_()
+    return True
+
+
+def _finish(call: Call) -> Any:
+    d = call.operands.d
+    if call.problem.op == "dot":
+        d = d.reshape(())
+    elif call.squeeze:
+        d = d[0]
+    return to_kind(d, call.kind)
+
+
+def _resolve_config(call: Call, backend: str | None, config: Any):
+    """The Config asked for by ``config`` (a Config or one of the backend's config names)."""
+    from multibackend.backends.base import Config
+
+    if config is None:
+        return None
+    op = call.problem.op
+    if backend in (None, "auto"):
+        raise InvalidArgument(f"{op}: config is {config!r} but backend is 'auto': a config "
+                              "belongs to one backend, so name the backend too")
+    if isinstance(config, Config):
+        return config
+    if not isinstance(config, str):
+        raise InvalidArgument(f"{op}: config is {config!r}: expected a Config or a config name")
+    impl = REGISTRY.get(backend)
+    offered = impl.configs(call.problem) if impl is not None else []
+    for candidate in offered:
+        if candidate.name == config:
+            return candidate
+    names = ", ".join(c.name for c in offered) or "none"
+    raise InvalidArgument(f"{op}: config is {config!r}: not a config of backend {backend!r} "
+                          f"for this problem (offered: {names})")
+
+
+def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
+           out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
+           precision: str | None = None, saturate: bool = False, dtype: str | None = None,
+           backend: str | None = "auto", config: Any = None) -> Any:
+    """``D = alpha * A @ B + beta * C`` on the backend ``backend`` ("auto" by default).
+
+    ``out_dtype``: D's dtype (default: A's for floats, int32 for integers, float32 for fp8).
+    ``acc_dtype``: the accumulator (float32 by default; float16 where a backend offers it).
+    ``precision``: for float32 operands, "ieee" (default), "tf32" or "tf32x3".
+    ``dtype``: "int4" or "uint4" when A and B are packed sub-byte operands (uint8 arrays
+    packed along K, see :mod:`multibackend.packing`). ``beta`` defaults to 1 when C is given.
+    """
+    if dtype is not None and dtype not in ("int4", "uint4"):
+        raise InvalidArgument(f"matmul: dtype is {dtype!r}: only 'int4' and 'uint4' name packed "
+                              "operands (use binary_matmul for bits; other dtypes come from "
+                              "the arrays)")
+    call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                       acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                       packed=dtype)
+    return _dispatch_and_run(call, backend, config)
+
+
+def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
+                  backend: str | None = "auto", config: Any = None) -> Any:
+    """Popcounts of bit-packed rows of A against bit-packed columns of B.
+
+    ``D[i, j] = popcount(A[i, :] op B[:, j])`` over K bits, with ``op`` "xor" (a Hamming
+    distance matrix) or "and". A is uint8 (M, K/8) and B uint8 (K/8, N), packed along K as
+    :func:`multibackend.packing.pack_bits` does; D is int32 (M, N).
+    """
+    if op not in BITOPS:
+        raise InvalidArgument(f"binary_matmul: op is {op!r}: expected 'xor' or 'and'")
+    call = matmul_call(A, B, None, alpha=1, beta=0, out=out, out_dtype="int32",
+                       acc_dtype="int32", packed="bit", bitop=op, op="binary_matmul")
+    return _dispatch_and_run(call, backend, config)
+
+
+def _dispatch_and_run(call: Call, backend: str | None, config: Any) -> Any:
+    if backend not in (None, "auto"):
+        REGISTRY.check_name(backend, call.problem.op)
+    if _trivial(call):
+        return _finish(call)
+    decision = decide(call.problem, backend, _resolve_config(call, backend, config))
+    execute(call, decision)
+    return _finish(call)
+
+
+def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
+        config: Any = None) -> Any:
+    """``x . y`` for 1-D vectors of one dtype (f16, bf16, f32, f64): a 0-d array in the
+    accumulator's dtype (float32, or float64 for float64 inputs)."""
+    call = dot_call(x, y, acc_dtype=acc_dtype)
+    if call.problem.k == 0:
+        call.operands.d.zero_()
+        return _finish(call)
+    return _dispatch_and_run(call, backend, config)
+
+
+def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",
+            **kwargs: Any) -> Decision:
+    """The dispatch decision for these arguments: the chosen backend and config, the rule
+    that decided, and every backend's accept/reject reason (print it, or ``.to_dict()``).
+
+    With B None, A is taken to be a :class:`~multibackend.problem.Problem`. For a 1-D A and
+    B the decision is dot's."""
+    from .errors import UnsupportedProblem
+    from .problem import Problem
+
+    if B is None and isinstance(A, Problem):
+        problem = A
+    elif getattr(A, "ndim", None) == 1:
+        problem = dot_call(A, B, **kwargs).problem
+    else:
+        problem = matmul_call(A, B, C, **kwargs).problem
+    try:
+        return decide(problem, backend)
+    except UnsupportedProblem as exc:
+        from .dispatch import Decision as _D, verdict
+
+        verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
+        return _D(problem, None, None, "none", str(exc), verdicts)

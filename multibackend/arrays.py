@@ -1,0 +1,139 @@
+"""Arrays in and out: CuPy, torch, NumPy and any DLPack / ``__cuda_array_interface__`` object.
+
+Every operand is viewed, without a copy where it already lives on the GPU, as a torch tensor
+(torch is the one library that holds every dtype we serve: bf16 and fp8 included, and Triton
+launches from it). NumPy operands are copied to the GPU when there is one and the result comes
+back as NumPy. The result is the same kind as A: CuPy for CuPy, torch for torch, NumPy for
+NumPy, and CuPy for other DLPack or CUDA-array-interface objects.
+
+The caller's stream: for torch inputs torch's current stream, for CuPy (and other GPU
+objects) CuPy's current stream. :func:`on_stream` makes it torch's current stream for the
+duration of a call, so kernels, Triton launches and scratch allocations are all ordered on it,
+with no device-wide synchronization.
+"""
+from __future__ import annotations
+
+import contextlib
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+from . import dtypes
+from .errors import InvalidArgument, InvalidType
+
+
+@dataclass(frozen=True)
+class Adapted:
+    """One operand seen as a torch tensor, and where it came from."""
+
+    tensor: Any
+    kind: str  # "cupy", "torch", "numpy", "dlpack" or "cai"
+    dtype: str
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _module_of(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def adapt(x: Any, name: str, op: str) -> Adapted:
+    """View ``x`` as a torch tensor; raise naming ``name`` when it is not an array."""
+    torch = _torch()
+    if x is None:
+        raise InvalidType(f"{op}: {name} is None: expected an array (CuPy, torch, NumPy, "
+                          "DLPack or __cuda_array_interface__)")
+    if isinstance(x, torch.Tensor):
+        tensor, kind = x, "torch"
+    elif _module_of(x) == "cupy":
+        tensor, kind = torch.from_dlpack(x), "cupy"
+    elif _module_of(x) == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype"):
+        import numpy as np
+
+        arr = np.asarray(x)
+        try:
+            tensor = torch.from_numpy(arr)
+        except TypeError as exc:
+            raise InvalidArgument(f"{op}: {name} is a NumPy array of dtype {arr.dtype}: "
+                                  f"not a dtype multibackend serves ({exc})") from None
+        kind = "numpy"
+    elif hasattr(x, "__dlpack__"):
+        tensor, kind = torch.from_dlpack(x), "dlpack"
+    elif hasattr(x, "__cuda_array_interface__"):
+        tensor, kind = torch.as_tensor(x, device="cuda"), "cai"
+    else:
+        raise InvalidType(f"{op}: {name} is a {type(x).__name__}: expected an array (CuPy, "
+                          "torch, NumPy, DLPack or __cuda_array_interface__)")
+    try:
+        name_of_dtype = dtypes.canonical(tensor.dtype, what=f"{op}: {name}'s dtype")
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+    return Adapted(tensor, kind, name_of_dtype)
+
+
+def check_same_place(op: str, named: dict[str, Adapted]) -> None:
+    """All operands on one device, and not a mix of host and GPU arrays."""
+    places = {name: a.tensor.device for name, a in named.items()}
+    first_name, first = next(iter(places.items()))
+    for name, dev in places.items():
+        if dev != first:
+            kinds = {n: ("host" if d.type == "cpu" else str(d)) for n, d in places.items()}
+            detail = ", ".join(f"{n} on {k}" for n, k in kinds.items())
+            rule = ("host and GPU arrays are mixed" if "cpu" in {first.type, dev.type}
+                    else "arrays are on different devices")
+            raise InvalidArgument(f"{op}: {detail}: {rule}; move them to one device")
+
+
+def scalar(value: Any, name: str, op: str, *, integer: bool) -> float | int:
+    """A Python scalar from ``value`` (Python/NumPy number or 0-d array)."""
+    item = value
+    if hasattr(value, "shape") and hasattr(value, "item"):
+        if tuple(value.shape) != ():
+            raise InvalidArgument(f"{op}: {name} has shape {tuple(value.shape)}: "
+                                  "it must be a scalar")
+        item = value.item()
+    if isinstance(item, bool) or not isinstance(item, numbers.Real):
+        raise InvalidType(f"{op}: {name} is {value!r}: it must be a real scalar")
+    if integer:
+        if float(item) != int(item):
+            raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
+                                  "type: integer outputs take integer alpha and beta")
+        return int(item)
+    return float(item)
+
+
+def to_kind(tensor: Any, kind: str) -> Any:
+    """Return ``tensor`` as the kind the caller gave (see the module docstring)."""
+    if kind == "torch":
+        return tensor
+    if kind == "numpy":
+        return tensor.cpu().numpy()
+    import cupy
+
+    return cupy.from_dlpack(tensor)
+
+
+def caller_stream(kind: str, device: Any) -> int:
+    """The raw CUDA stream handle the caller's work is ordered on (0 on the host)."""
+    if device.type != "cuda":
+        return 0
+    if kind in ("cupy", "dlpack", "cai"):
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return int(_torch().cuda.current_stream(device).cuda_stream)
+
+
+@contextlib.contextmanager
+def on_stream(stream: int, device: Any):
+    """Make ``stream`` torch's current stream on ``device`` for the body."""
+    torch = _torch()
+    if device.type != "cuda" or stream == int(torch.cuda.current_stream(device).cuda_stream):
+        yield
+        return
+    with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+        yield

@@ -1,0 +1,163 @@
+"""Cross-checking every backend against the float64 reference and against cuBLAS.
+
+For one set of operands, each backend that accepts the problem runs (on poisoned output, so an
+unwritten element fails), its result is compared with the float64 reference
+(:mod:`multibackend.reference`), and on a GPU it is timed with the shared timing utility and
+set beside cuBLAS's time from the same run. Backends that refuse the problem appear with their
+reason. The report prints as a table and serializes to JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import reference
+from .api import execute
+from .arrays import on_stream
+from .dispatch import Decision, decide, verdict
+from .registry import REGISTRY
+from .request import Call, dot_call, matmul_call
+
+
+@dataclass
+class BackendResult:
+    """One backend's line in a cross-check."""
+
+    backend: str
+    supported: bool
+    reason: str | None = None
+    config: str | None = None
+    rel_err: float | None = None
+    max_abs_err: float | None = None
+    bound: float | None = None
+    ok: bool | None = None
+    detail: str = ""
+    median_ms: float | None = None
+    rate: float | None = None  # TFLOP/s (matmul) or GB/s (dot)
+    vs_cublas: float | None = None  # cuBLAS time / this time: > 1 is faster than cuBLAS
+
+
+@dataclass
+class Report:
+    """A cross-check of one problem across backends."""
+
+    problem: str
+    key: str
+    unit: str
+    results: list[BackendResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every backend that ran matched the reference."""
+        return all(r.ok for r in self.results if r.supported and r.ok is not None)
+
+    def to_dict(self) -> dict:
+        return {"problem": self.problem, "key": self.key, "unit": self.unit, "ok": self.ok,
+                "results": [asdict(r) for r in self.results]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def __str__(self) -> str:
+        head = (f"{'backend':<9} {'config':<22} {'rel err':>9} {'bound':>9} {'ok':>4} "
+                f"{'ms':>9} {self.unit:>9} {'x cuBLAS':>8}")
+        lines = [self.problem, head]
+        for r in self.results:
+            if not r.supported:
+                lines.append(f"{r.backend:<9} refused: {r.reason}")
+                continue
+            lines.append(
+                f"{r.backend:<9} {(r.config or '')[:22]:<22} {_num(r.rel_err, '.2e'):>9} "
+                f"{_num(r.bound, '.1e'):>9} {('yes' if r.ok else 'NO'):>4} "
+                f"{_num(r.median_ms, '.4f'):>9} {_num(r.rate, '.1f'):>9} "
+                f"{_num(r.vs_cublas, '.2f'):>8}" + (f"  {r.detail}" if not r.ok else ""))
+        return "\n".join(lines)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(value, fmt)
+
+
+def poison(tensor) -> None:
+    """Fill an output so any element a kernel fails to write shows up in the comparison."""
+    if tensor.dtype.is_floating_point:
+        tensor.fill_(float("nan"))
+    else:
+        tensor.fill_(-0x5A5A5A5 if tensor.dtype.itemsize >= 4 else -0x5A)
+
+
+def reference_for(call: Call):
+    """The float64 reference of a call's operands (packed operands unpacked first)."""
+    p, ops = call.problem, call.operands
+    if p.op == "dot":
+        return reference.reference_dot(ops.a, ops.b)
+    if p.packed:
+        from . import packing
+
+        return packing.reference_packed(p, ops.a, ops.b)
+    return reference.reference_matmul(ops.a, ops.b, ops.c, ops.alpha, ops.beta)
+
+
+def check_backend(call: Call, name: str, config=None, ref=None, *, time_it: bool = True
+                  ) -> BackendResult:
+    """Run one backend on the call, compare with the reference, and time it on a GPU."""
+    p, ops = call.problem, call.operands
+    v = verdict(p, name)
+    if not v.accepted:
+        return BackendResult(name, False, reason=f"{v.reason.message} (rule: {v.reason.rule})")
+    decision: Decision = decide(p, name, config)
+    result = BackendResult(name, True, config=str(decision.config))
+    try:
+        with on_stream(ops.stream, call.device):
+            poison(ops.d)
+        execute(call, decision)
+        ref = reference_for(call) if ref is None else ref
+        cmp = reference.compare(p, ops.d, ref)
+        result.rel_err, result.max_abs_err, result.bound = cmp.rel_err, cmp.max_abs_err, cmp.bound
+        result.ok, result.detail = cmp.ok, cmp.detail
+        if time_it and ops.d.is_cuda:
+            from .timing import time_gpu
+
+            with on_stream(ops.stream, call.device):
+                timing = time_gpu(lambda: execute(call, decision))
+            result.median_ms = timing.median_ms
+            result.rate = (timing.gbps(p.bytes_moved) if p.op == "dot"
+                           else timing.tflops(p.flops))
+    except Exception as exc:
+        result.ok = False
+        result.detail = f"{type(exc).__name__}: {exc}"
+    return result
+
+
+def crosscheck_call(call: Call, backends: tuple[str, ...] | None = None, *,
+                    time_it: bool = True) -> Report:
+    """Cross-check a validated call on ``backends`` (default: all) plus cuBLAS."""
+    names = backends or REGISTRY.names
+    if "cublas" not in names:
+        names = tuple(names) + ("cublas",)
+    ref = reference_for(call)
+    p = call.problem
+    report = Report(p.describe(), p.key, "GB/s" if p.op == "dot" else "TFLOP/s")
+    for name in names:
+        report.results.append(check_backend(call, name, ref=ref, time_it=time_it))
+    base = next((r for r in report.results if r.backend == "cublas" and r.median_ms), None)
+    if base is not None:
+        for r in report.results:
+            if r.median_ms:
+                r.vs_cublas = base.median_ms / r.median_ms
+    return report
+
+
+def crosscheck(A: Any, B: Any, C: Any = None, *, backends: tuple[str, ...] | None = None,
+               time_it: bool = True, **kwargs: Any) -> Report:
+    """Cross-check ``matmul(A, B, C, **kwargs)`` (or ``dot`` for 1-D A and B) on every
+    backend that supports it, against float64 and cuBLAS; returns a :class:`Report`."""
+    if getattr(A, "ndim", None) == 1:
+        call = dot_call(A, B, **kwargs)
+    else:
+        call = matmul_call(A, B, C, **kwargs)
+    return crosscheck_call(call, backends, time_it=time_it)

@@ -1,0 +1,472 @@
+"""Which CUTLASS kernels can run a Problem, and their C++ source, from nvidia-cutlass's generator.
+
+``cutlass_library`` knows which CUTLASS kernels exist: its ``GenerateSM90_*``/``GenerateSM80_*``
+functions stamp out every tile shape, cluster shape, schedule and alignment NVIDIA builds, and its
+emitters write each one's C++. This module runs those functions for an explicit architecture
+(no GPU and no cuda-python needed), keeps the kernels that fit a Problem, and wraps the emitted
+instance in a small launcher of ours exposing ``extern "C" int mb_gemm(...)``.
+
+Every kernel computes the transposed product: CUTLASS's generator writes C column-major, and a
+row-major ``D = A @ B`` (M x N) is the column-major ``D^T = B^T @ A^T`` (N x M). So the kernel's
+A is our B^T, its B is our A^T, its M is our N. Config names and tile shapes are given in the
+caller's terms (rows of D, columns of D, K).
+
+Families, best first: on sm_90 the 3.x TMA warp-specialized kernels (16-byte aligned operands),
+then the 3.x cp.async warp-specialized kernels (smaller alignment), then the 2.x tensor-op
+kernels (sm_80 multistage, sm_75 pipelined for 1-element f16, SIMT for f32 "ieee").
+"""
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass
+
+from . import dtypes
+from .problem import Operand, Problem
+
+CUDA_VERSION = "13.0"  # what the generator is told: enables every kernel it knows
+
+#: our dtype name -> cutlass_library DataType name
+_ELEMENT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
+            "int8": "s8", "uint8": "u8", "int32": "s32", "float8_e4m3fn": "e4m3",
+            "float8_e5m2": "e5m2"}
+
+#: generator functions per architecture family, in order of preference
+_GEN_3X_TMA = {"f16": "GenerateSM90_TensorOp_16b_WGMMA_gemm",
+               "bf16": "GenerateSM90_TensorOp_16b_WGMMA_gemm",
+               "tf32": "GenerateSM90_TensorOp_tf32_WGMMA_gemm",
+               "s8": "GenerateSM90_TensorOp_int8_WGMMA_gemm",
+               "u8": "GenerateSM90_TensorOp_int8_WGMMA_gemm",
+               "e4m3": "GenerateSM90_TensorOp_fp8_WGMMA_gemm",
+               "e5m2": "GenerateSM90_TensorOp_fp8_WGMMA_gemm"}
+_GEN_3X_CPASYNC = {"f16": "GenerateSM90_TensorOp_16b_WGMMA_alignx_gemm",
+                   "bf16": "GenerateSM90_TensorOp_16b_WGMMA_alignx_gemm",
+                   "tf32": "GenerateSM90_TensorOp_tf32_WGMMA_alignx_gemm",
+                   "s8": "GenerateSM90_TensorOp_int8_WGMMA_alignx_gemm",
+                   "u8": "GenerateSM90_TensorOp_int8_WGMMA_alignx_gemm",
+                   "e4m3": "GenerateSM90_TensorOp_fp8_WGMMA_alignx_gemm",
+                   "e5m2": "GenerateSM90_TensorOp_fp8_WGMMA_alignx_gemm"}
+_GEN_2X = {"f16": ("GenerateSM80_TensorOp_16816", "GenerateSM75_TensorOp_1688"),
+           "bf16": ("GenerateSM80_TensorOp_16816",),
+           "tf32": ("GenerateSM80_TensorOp_1688",),
+           "tf32x3": ("GenerateSM80_TensorOp_1688_fast_fp32_math",),
+           "ieee": ("GenerateSM80_Simt_f32",),
+           "f64": ("GenerateSM90_TensorOp_1684", "GenerateSM80_TensorOp_884"),
+           "s8": ("GenerateSM80_TensorOp_16832_TN",),
+           "u8": ("GenerateSM80_TensorOp_16832_TN",),
+           "e4m3": ("GenerateSM89_TensorOp_16832_fp8_fp32acc",),
+           "e5m2": ("GenerateSM89_TensorOp_16832_fp8_fp32acc",)}
+
+#: 3.x kernel schedule -> our short name, in order of preference for large problems
+SCHEDULES_3X = {"TmaWarpSpecializedCooperative": "cooperative",
+                "TmaWarpSpecializedPingpong": "pingpong",
+                "TmaWarpSpecialized": "warpspecialized",
+                "CpAsyncWarpSpecializedCooperative": "cpasync_cooperative",
+                "CpAsyncWarpSpecialized": "cpasync"}
+_EPILOGUES_3X = {"TmaWarpSpecializedCooperative": "tma", "TmaWarpSpecialized": "tma",
+                 "NoSmemWarpSpecialized": "nosmem"}
+
+
+class Collector:
+    """Stands in for cutlass_library's Manifest: the generator functions append their
+    operations here. A non-empty kernel filter makes them stamp out every tile and alignment."""
+
+    kernel_filter = "multibackend"
+    selected_kernels: list = []
+
+    def __init__(self, cc: int):
+        self.compute_capabilities_baseline = [cc]
+        self.compute_capabilities_feature_set = [f"{cc}a" if cc >= 90 else str(cc)]
+        self.operations: list = []
+
+    def get_instantiation_level(self, pruned_level: int = 0, default_level: int = 111,
+                                exhaustive_level: int = 9992) -> int:
+        return default_level
+
+    def append(self, operation) -> None:
+        self.operations.append(operation)
+
+
+@functools.lru_cache(maxsize=None)
+def generated(function: str, cc: int) -> tuple:
+    """Every GEMM operation one generator function stamps out for compute capability ``cc``."""
+    from cutlass_library import generator
+    from cutlass_library.library import GemmKind
+
+    collector = Collector(cc)
+    getattr(generator, function)(collector, CUDA_VERSION)
+    return tuple(op for op in collector.operations
+                 if getattr(op, "gemm_kind", None) in (GemmKind.Universal, GemmKind.Universal3x))
+
+
+def element_key(problem: Problem) -> str:
+    """The generator's name for the problem's operand type ("tf32"/"tf32x3"/"ieee" for f32)."""
+    if problem.in_dtype == "float32":
+        return {"tf32": "tf32", "tf32x3": "tf32x3"}.get(problem.precision or "ieee", "ieee")
+    return _ELEMENT.get(problem.in_dtype, problem.in_dtype)
+
+
+def operand_alignment(operand: Operand, batch: int) -> int:
+    """The most elements (16 bytes' worth at most) one vector access may move for this operand:
+    its pointer, leading dimension and batch stride must all be multiples of it."""
+    size = max(1, int(dtypes.get(operand.dtype).itemsize))
+    align = 16 // size
+    while align > 1:
+        stride_ok = batch <= 1 or operand.batch_stride % align == 0
+        if operand.align % (align * size) == 0 and operand.ld % align == 0 and stride_ok:
+            return align
+        align //= 2
+    return 1
+
+
+def output_alignment(problem: Problem) -> int:
+    """Alignment (elements) of D, row-major contiguous (batch, M, N), and of C when it takes
+    part. D's pointer is taken as 16-byte aligned here and checked again at launch."""
+    size = max(1, int(dtypes.get(problem.d_dtype).itemsize))
+    align = 16 // size
+    while align > 1 and (problem.n % align or (problem.batch > 1 and problem.m * problem.n % align)):
+        align //= 2
+    if problem.has_c and problem.c is not None:
+        align = min(align, operand_alignment(problem.c, problem.batch))
+    return align
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One CUTLASS kernel that can run a family of Problems: the generator's operation with
+    alignments set for the problem, where it comes from and how it is named as a Config."""
+
+    name: str
+    params: tuple
+    operation: object
+    family: str  # "3x_tma", "3x_cpasync" or "2x"
+    arch: str  # nvcc target, e.g. "90a" or "80"
+
+    @property
+    def is_3x(self) -> bool:
+        return self.family.startswith("3x")
+
+    @property
+    def element_compute(self) -> str:
+        from cutlass_library.library import DataTypeTag
+
+        return DataTypeTag[self.operation.element_epilogue]
+
+    @property
+    def integer_epilogue(self) -> bool:
+        from cutlass_library.library import DataTypeNames
+
+        return DataTypeNames[self.operation.element_epilogue][0] in "su"
+
+
+def _layout(name: str):
+    from cutlass_library.library import LayoutType
+
+    # our operand X becomes the kernel's X^T: row-major <-> column-major
+    return {"row": LayoutType.ColumnMajor, "col": LayoutType.RowMajor}[name]
+
+
+def _matches_types(op, key: str, d_dtype: str, acc_dtype: str) -> bool:
+    from cutlass_library.library import DataTypeNames, MathOperation, OpcodeClass
+
+    a, b = DataTypeNames[op.A.element], DataTypeNames[op.B.element]
+    c, d = DataTypeNames[op.C.element], DataTypeNames[op.D.element]
+    acc = DataTypeNames[op.accumulator_type()]
+    math = op.tile_description.math_instruction
+    wanted = {"tf32": ("f32", "tf32"), "tf32x3": ("f32",), "ieee": ("f32",)}.get(key, (key,))
+    if a not in wanted or b != a:
+        return False
+    if key == "tf32x3" and math.math_operation != MathOperation.multiply_add_fast_f32:
+        return False
+    if key == "ieee" and math.opcode_class != OpcodeClass.Simt:
+        return False
+    if math.math_operation == MathOperation.multiply_add_fast_accum:
+        return False
+    out = _ELEMENT.get(d_dtype)
+    return d == out and c == out and acc == _ELEMENT.get(acc_dtype)
+
+
+def _schedule_names(op) -> tuple[str, str] | None:
+    from cutlass_library.library import TileSchedulerType
+
+    if op.tile_scheduler != TileSchedulerType.Default or op.mixed_input_mode is not None:
+        return None
+    schedule = SCHEDULES_3X.get(op.kernel_schedule.name)
+    epilogue = _EPILOGUES_3X.get(op.epilogue_schedule.name)
+    if schedule is None or epilogue is None:
+        return None
+    return schedule, epilogue
+
+
+def _candidate(op, family: str, cc: tuple[int, int], out_align: int) -> Candidate | None:
+    from cutlass_library.library import DataTypeSize
+
+    tile = op.tile_description.threadblock_shape
+    if family == "2x":
+        if op.arch > cc[0] * 10 + cc[1]:
+            return None
+        op = copy.deepcopy(op)
+        op.C.alignment = op.D.alignment = min(op.C.alignment, out_align)
+        stages = op.tile_description.stages
+        kind = "simt" if "simt" in op.procedural_name() else f"sm{op.arch}"
+        name = f"{tile[1]}x{tile[0]}x{tile[2]}_s{stages}_{kind}"
+        params = dict(tile=(tile[1], tile[0], tile[2]), stages=stages, schedule=kind,
+                      family=family)
+        arch = f"{cc[0]}{cc[1]}"
+    else:
+        names = _schedule_names(op)
+        if names is None:
+            return None
+        schedule, epilogue = names
+        if epilogue == "tma" and out_align * DataTypeSize[op.D.element] < 128:
+            return None
+        cluster = op.tile_description.cluster_shape
+        name = (f"{tile[1]}x{tile[0]}x{tile[2]}_{cluster[1]}x{cluster[0]}x{cluster[2]}_"
+                f"{schedule}_{epilogue}")
+        params = dict(tile=(tile[1], tile[0], tile[2]),
+                      cluster=(cluster[1], cluster[0], cluster[2]),
+                      schedule=schedule, epilogue=epilogue, family=family)
+        arch = "90a"
+    return Candidate(name, tuple(sorted(params.items())), op, family, arch)
+
+
+def _rank_3x(c: Candidate) -> tuple:
+    p = dict(c.params)
+    tile, cluster = p["tile"], p["cluster"]
+    area = tile[0] * tile[1]
+    schedules = list(SCHEDULES_3X.values())
+    return (-min(area, 128 * 256), p["epilogue"] != "tma", schedules.index(p["schedule"]),
+            {2: 0, 1: 1}.get(cluster[0] * cluster[1], 2), cluster[1] != 2, -tile[0], tile[2])
+
+
+def _families(key: str, cc: tuple[int, int]) -> list[tuple[str, tuple[str, ...]]]:
+    found = []
+    if cc >= (9, 0) and key in _GEN_3X_TMA:
+        found.append(("3x_tma", (_GEN_3X_TMA[key],)))
+        found.append(("3x_cpasync", (_GEN_3X_CPASYNC[key],)))
+    if key in _GEN_2X:
+        found.append(("2x", _GEN_2X[key]))
+    return found
+
+
+def candidates(problem: Problem) -> list[Candidate]:
+    """The kernels that can run ``problem``, best family first, the default first; empty when
+    none fits (see :func:`why_none`)."""
+    if problem.op != "matmul" or problem.a.layout not in ("row", "col") \
+            or problem.b.layout not in ("row", "col"):
+        return []
+    return list(_candidates(
+        element_key(problem), problem.d_dtype, problem.acc, problem.a.layout, problem.b.layout,
+        operand_alignment(problem.b, problem.batch), operand_alignment(problem.a, problem.batch),
+        output_alignment(problem), problem.cc or (9, 0)))
+
+
+@functools.lru_cache(maxsize=1024)
+def _candidates(key: str, d_dtype: str, acc: str, a_layout: str, b_layout: str, avail_a: int,
+                avail_b: int, out_align: int, cc: tuple[int, int]) -> tuple[Candidate, ...]:
+    """Candidates in the kernel's terms: its A is our B^T (alignment ``avail_a``), its B our A^T."""
+    layout_a, layout_b = _layout(b_layout), _layout(a_layout)
+    for family, functions in _families(key, cc):
+        chosen: dict[str, Candidate] = {}
+        for function in functions:
+            for op in generated(function, 90 if family != "2x" else cc[0] * 10 + cc[1]):
+                if op.A.layout != layout_a or op.B.layout != layout_b:
+                    continue
+                if op.A.alignment > avail_a or op.B.alignment > avail_b:
+                    continue
+                if not _matches_types(op, key, d_dtype, acc):
+                    continue
+                cand = _candidate(op, family, cc, out_align)
+                if cand is None:
+                    continue
+                best = chosen.get(cand.name)
+                if best is None or (op.A.alignment, op.B.alignment) > (
+                        best.operation.A.alignment, best.operation.B.alignment):
+                    chosen[cand.name] = cand
+        if chosen:
+            found = list(chosen.values())
+            if family != "2x":
+                found.sort(key=_rank_3x)
+            return tuple(found)
+    return ()
+
+
+def why_none(problem: Problem) -> str:
+    """Words for why :func:`candidates` is empty."""
+    key = element_key(problem)
+    cc = problem.cc or (9, 0)
+    if not _families(key, cc):
+        return f"the generator has no GEMM kernels for {key} on sm_{cc[0]}{cc[1]}"
+    align_a = operand_alignment(problem.a, problem.batch)
+    align_b = operand_alignment(problem.b, problem.batch)
+    return (f"no {key} kernel from the generator takes A {problem.a.layout}-major at "
+            f"{align_a}-element alignment and B {problem.b.layout}-major at {align_b}-element "
+            f"alignment, accumulating in {problem.acc} and writing {problem.d_dtype} "
+            f"(at {output_alignment(problem)}-element alignment)")
+
+
+LAUNCHER = r"""// Generated by multibackend.cutlass_emit: one CUTLASS kernel and its C launcher.
+#include <cstdint>
+#include <cuda_runtime.h>
+#include "cutlass/cutlass.h"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+${includes}
+
+${instance}
+
+namespace {
+
+using MbGemm = cutlass::gemm::device::GemmUniversalAdapter<${operation_name}>;
+using MbCompute = ${element_compute};
+${element_types}
+
+cudaError_t mb_last_error = cudaSuccess;
+
+${build_args}
+
+}  // namespace
+
+extern "C" int mb_gemm(int m, int n, int k, int batch,
+                       const void* a, const void* b, const void* c, void* d,
+                       int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
+                       int64_t sa, int64_t sb, int64_t sc, int64_t sd,
+                       double alpha, double beta, void* stream) {
+  ${launch}
+}
+
+extern "C" const char* mb_status_string(int status) {
+  return cutlass::cutlassGetStatusString(static_cast<cutlass::Status>(status));
+}
+
+extern "C" const char* mb_cuda_error_string() {
+  return cudaGetErrorString(mb_last_error);
+}
+
+extern "C" const char* mb_kernel_name() { return "${operation_name}"; }
+"""
+
+_RUN = r"""
+cutlass::Status mb_run(MbGemm::Arguments const& args, cudaStream_t stream) {
+  cutlass::Status status = MbGemm::can_implement(args);
+  if (status != cutlass::Status::kSuccess) return status;
+  size_t workspace_size = MbGemm::get_workspace_size(args);
+  void* workspace = nullptr;
+  if (workspace_size > 0) {
+    mb_last_error = cudaMallocAsync(&workspace, workspace_size, stream);
+    if (mb_last_error != cudaSuccess) return cutlass::Status::kErrorMemoryAllocation;
+  }
+  MbGemm gemm;
+  status = gemm.run(args, workspace, stream);
+  if (status != cutlass::Status::kSuccess) mb_last_error = cudaGetLastError();
+  if (workspace != nullptr) cudaFreeAsync(workspace, stream);
+  return status;
+}
+"""
+
+_ARGS_3X = _RUN + r"""
+int mb_sm_count() {
+  static int counts[64] = {0};
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return 0;
+  if (counts[device] == 0) {
+    cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device);
+  }
+  return counts[device];
+}
+
+cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void* b,
+                          const void* c, void* d, int64_t lda, int64_t ldb, int64_t ldc,
+                          int64_t ldd, int64_t sa, int64_t sb, int64_t sc, int64_t sd,
+                          double alpha, double beta, cudaStream_t stream) {
+  using Kernel = typename MbGemm::GemmKernel;
+  typename MbGemm::Arguments args;
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {m, n, k, l};
+  args.mainloop.ptr_A = static_cast<MbElementA const*>(a);
+  args.mainloop.dA = typename Kernel::StrideA{${stride_a}};
+  args.mainloop.ptr_B = static_cast<MbElementB const*>(b);
+  args.mainloop.dB = typename Kernel::StrideB{${stride_b}};
+  args.epilogue.thread.alpha = static_cast<MbCompute>(alpha);
+  args.epilogue.thread.beta = static_cast<MbCompute>(beta);
+  args.epilogue.ptr_C = static_cast<MbElementC const*>(c);
+  args.epilogue.dC = typename Kernel::StrideC{cute::Int<1>{}, ldc, sc};
+  args.epilogue.ptr_D = static_cast<MbElementD*>(d);
+  args.epilogue.dD = typename Kernel::StrideD{cute::Int<1>{}, ldd, sd};
+  args.hw_info.device_id = 0;
+  args.hw_info.sm_count = mb_sm_count();
+  return mb_run(args, stream);
+}
+"""
+
+_LAUNCH_3X = r"""cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (batch <= 1 || (sa != 0 && sb != 0 && sc != 0)) {
+    return static_cast<int>(mb_launch(m, n, k, batch, a, b, c, d, lda, ldb, ldc, ldd,
+                                      sa, sb, sc, sd, alpha, beta, s));
+  }
+  // TMA cannot broadcast along the batch: one launch per batch entry
+  for (int i = 0; i < batch; ++i) {
+    cutlass::Status status = mb_launch(
+        m, n, k, 1, static_cast<MbElementA const*>(a) + i * sa,
+        static_cast<MbElementB const*>(b) + i * sb, static_cast<MbElementC const*>(c) + i * sc,
+        static_cast<MbElementD*>(d) + i * sd, lda, ldb, ldc, ldd, 0, 0, 0, 0, alpha, beta, s);
+    if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
+  }
+  return 0;"""
+
+_LAUNCH_2X = r"""typename MbGemm::EpilogueOutputOp::Params epilogue(static_cast<MbCompute>(alpha),
+                                                   static_cast<MbCompute>(beta));
+  typename MbGemm::Arguments args(
+      batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched
+                : cutlass::gemm::GemmUniversalMode::kGemm,
+      {m, n, k}, batch, epilogue, a, b, c, d, sa, sb, sc, sd, lda, ldb, ldc, ldd);
+  return static_cast<int>(mb_run(args, static_cast<cudaStream_t>(stream)));"""
+
+
+def _stride_3x(operand: str, layout) -> str:
+    from cutlass_library.library import LayoutType
+
+    ld, batch = f"ld{operand}", f"s{operand}"
+    # cute views A as M x K and B as N x K; a unit stride sits where the operand is contiguous
+    unit_first = (layout == LayoutType.ColumnMajor) if operand == "a" else (
+        layout == LayoutType.RowMajor)
+    return f"cute::Int<1>{{}}, {ld}, {batch}" if unit_first else f"{ld}, cute::Int<1>{{}}, {batch}"
+
+
+def emit(candidate: Candidate) -> str:
+    """The complete .cu source of ``candidate``: CUTLASS's emitted instance and our launcher."""
+    from cutlass_library.gemm_operation import (EmitGemmUniversal3xInstance,
+                                                EmitGemmUniversalInstance)
+    from cutlass_library.library import DataTypeTag, SubstituteTemplate
+
+    op = candidate.operation
+    emitter = EmitGemmUniversal3xInstance() if candidate.is_3x else EmitGemmUniversalInstance()
+    includes = "\n".join(f'#include "{inc}"' for inc in emitter.includes)
+    types = "\n".join(f"using MbElement{x} = {DataTypeTag[getattr(op, x).element]};"
+                      for x in "ABCD")
+    if candidate.is_3x:
+        build = SubstituteTemplate(_ARGS_3X, {"stride_a": _stride_3x("a", op.A.layout),
+                                              "stride_b": _stride_3x("b", op.B.layout)})
+        launch = _LAUNCH_3X
+    else:
+        build, launch = _RUN, _LAUNCH_2X
+    return SubstituteTemplate(LAUNCHER, {
+        "includes": includes, "instance": emitter.emit(op),
+        "operation_name": op.procedural_name(), "element_compute": candidate.element_compute,
+        "element_types": types, "build_args": build, "launch": launch})
+
+
+def kernel_args(problem: Problem) -> tuple[int, ...]:
+    """The launcher's size and stride arguments for ``problem`` (the kernel's transposed view):
+    (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements."""
+    m, n = problem.n, problem.m
+    ldd = max(problem.n, 1)
+    sd = problem.m * problem.n if problem.batch > 1 else 0
+    if problem.has_c and problem.c is not None:
+        ldc, sc = problem.c.ld, problem.c.batch_stride if problem.batch > 1 else 0
+    else:
+        ldc, sc = ldd, sd
+    sa = problem.b.batch_stride if problem.batch > 1 else 0
+    sb = problem.a.batch_stride if problem.batch > 1 else 0
+    return (m, n, problem.k, problem.batch, problem.b.ld, problem.a.ld, ldc, ldd,
+            sa, sb, sc, sd)

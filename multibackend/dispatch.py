@@ -1,0 +1,143 @@
+"""Choosing the backend (and its configuration) for one Problem.
+
+Resolution order — the one place it is written:
+
+1. ``backend=`` named explicitly by the caller. It must support the problem; if it cannot,
+   :class:`~multibackend.errors.UnsupportedProblem` is raised with its reason. An explicit
+   backend never falls back silently.
+2. ``MULTIBACKEND_BACKEND`` in the environment, with the same rule as an explicit name.
+3. The tuning table (``MULTIBACKEND_TUNING`` or :func:`multibackend.load_tuning`): an exact
+   entry for the problem's key, else the nearest tuned bucket (see
+   :mod:`multibackend.tuning`), when its backend supports the problem here.
+4. The ranked heuristic: the first backend in :data:`HEURISTIC_ORDER` that is available and
+   supports the problem.
+5. Otherwise an error listing every backend with the reason it was refused.
+
+:func:`decide` returns a :class:`Decision` holding the choice, the rule that made it and every
+backend's verdict; ``explain()`` prints it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from multibackend.backends.base import Config
+
+from .capability import Reason
+from .errors import UnsupportedProblem
+from .problem import Problem
+from .registry import REGISTRY, Registry
+
+#: the ranked heuristic: our kernels first, Triton (autotuned, compiles in seconds) ahead of
+#: raw WMMA, CUTLASS (tens of seconds of nvcc on first use) after; cuBLAS is the baseline and
+#: the last resort.
+HEURISTIC_ORDER = ("triton", "raw_wmma", "cutlass", "cublas")
+ENV_BACKEND = "MULTIBACKEND_BACKEND"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One backend's answer for one problem."""
+
+    backend: str
+    reason: Reason | None  # None: accepted
+    note: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason is None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Which backend runs a problem, why, and what every backend said."""
+
+    problem: Problem
+    backend: str | None
+    config: Config | None
+    rule: str
+    detail: str
+    verdicts: tuple[Verdict, ...]
+
+    def __str__(self) -> str:
+        lines = [f"problem: {self.problem.describe()}"]
+        if self.backend:
+            lines.append(f"chosen:  {self.backend} [{self.config}] by {self.rule}: {self.detail}")
+        else:
+            lines.append(f"chosen:  none ({self.detail})")
+        for v in self.verdicts:
+            mark = "accepts" if v.accepted else "rejects"
+            text = "" if v.accepted else f": {v.reason.message} (rule: {v.reason.rule})"
+            note = f" — note: {v.note}" if v.note else ""
+            lines.append(f"  {v.backend:<9} {mark}{text}{note}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "problem": self.problem.describe(),
+            "key": self.problem.key,
+            "backend": self.backend,
+            "config": self.config.as_dict() if self.config else None,
+            "rule": self.rule,
+            "detail": self.detail,
+            "verdicts": [
+                {"backend": v.backend, "accepted": v.accepted, "note": v.note,
+                 "rule": v.reason.rule if v.reason else None,
+                 "reason": v.reason.message if v.reason else None}
+                for v in self.verdicts
+            ],
+        }
+
+
+def verdict(problem: Problem, name: str, registry: Registry = REGISTRY) -> Verdict:
+    """Whether backend ``name`` can run ``problem`` here, with its reason or note."""
+    reason = registry.availability(name)
+    if reason is not None:
+        return Verdict(name, reason)
+    backend = registry.get(name)
+    reason = backend.supports(problem)
+    return Verdict(name, reason, None if reason else backend.note(problem))
+
+
+def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdict, ...],
+                  config: Config | None, registry: Registry) -> Decision:
+    registry.check_name(name, problem.op)
+    chosen = next(v for v in verdicts if v.backend == name)
+    if not chosen.accepted:
+        source = "backend=" if rule == "explicit" else f"{ENV_BACKEND}="
+        raise UnsupportedProblem(f"{problem.op}: {source}{name!r} cannot run "
+                                 f"{problem.describe()}: {chosen.reason.message} "
+                                 f"(rule: {chosen.reason.rule})", [chosen.reason])
+    backend = registry.get(name)
+    config = config or backend.default_config(problem)
+    where = "the caller named it" if rule == "explicit" else f"{ENV_BACKEND} names it"
+    return Decision(problem, name, config, rule, where, verdicts)
+
+
+def decide(problem: Problem, backend: str | None = None, config: Config | None = None,
+           registry: Registry = REGISTRY) -> Decision:
+    """Resolve the backend for ``problem`` in the order of this module's docstring."""
+    verdicts = tuple(verdict(problem, name, registry) for name in registry.names)
+    if backend not in (None, "auto"):
+        return _choose_named(problem, backend, "explicit", verdicts, config, registry)
+    env = os.environ.get(ENV_BACKEND, "").strip()
+    if env and env != "auto":
+        return _choose_named(problem, env, "environment", verdicts, config, registry)
+    accepted = {v.backend for v in verdicts if v.accepted}
+    from . import tuning
+
+    hit = tuning.lookup(problem)
+    if hit is not None and hit.backend in accepted:
+        return Decision(problem, hit.backend, hit.config, "tuning-table", hit.detail, verdicts)
+    for name in HEURISTIC_ORDER:
+        if name in accepted:
+            chosen = registry.get(name)
+            detail = f"first available backend that supports it in {HEURISTIC_ORDER}"
+            if hit is not None:
+                detail += f" (tuning table's {hit.backend} cannot run it here)"
+            return Decision(problem, name, config or chosen.default_config(problem),
+                            "heuristic", detail, verdicts)
+    reasons = [v.reason for v in verdicts]
+    listing = "; ".join(str(r) for r in reasons)
+    raise UnsupportedProblem(f"{problem.op}: no backend can run {problem.describe()}: {listing}",
+                             reasons)

@@ -1,0 +1,75 @@
+"""What this machine is: GPU, compute capability, driver, CUDA and library versions.
+
+One fingerprint serves ``python -m multibackend info``, the cross-check report and the tuning
+table's key (a table measured on another GPU or other versions must not be used silently).
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata as metadata
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def gpu() -> dict:
+    """The current CUDA device's name, compute capability, driver and runtime, or why none."""
+    try:
+        import torch
+    except ImportError as exc:
+        return {"available": False, "reason": f"torch is not importable: {exc}"}
+    if not torch.cuda.is_available():
+        return {"available": False, "reason": "no CUDA GPU visible (torch.cuda.is_available() "
+                                              "is False)"}
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    info = {
+        "available": True,
+        "name": props.name,
+        "cc": f"{props.major}.{props.minor}",
+        "multiprocessors": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "cuda_runtime": torch.version.cuda,
+    }
+    try:
+        import cupy
+
+        info["driver"] = str(cupy.cuda.runtime.driverGetVersion())
+    except Exception:
+        info["driver"] = None
+    return info
+
+
+def compute_capability() -> tuple[int, int] | None:
+    info = gpu()
+    if not info["available"]:
+        return None
+    major, minor = info["cc"].split(".")
+    return int(major), int(minor)
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of the packages results depend on."""
+    names = ("multibackend", "torch", "triton", "cupy-cuda13x", "nvidia-cutlass", "numpy",
+             "cuda-bindings")
+    return {name: package_version(name) for name in names}
+
+
+def fingerprint() -> dict:
+    """What a tuning table is valid for: the GPU, its driver/CUDA, and the library versions."""
+    info = gpu()
+    vers = versions()
+    return {
+        "gpu": info.get("name"),
+        "cc": info.get("cc"),
+        "driver": info.get("driver"),
+        "cuda": info.get("cuda_runtime"),
+        "triton": vers["triton"],
+        "nvidia-cutlass": vers["nvidia-cutlass"],
+        "multibackend": vers["multibackend"],
+    }

@@ -1,0 +1,211 @@
+"""Turning a call's arguments into one :class:`~multibackend.problem.Problem` and its operands.
+
+Every public entry point (matmul, binary_matmul, dot, explain, crosscheck, tune) goes through
+:func:`matmul_call` or :func:`dot_call`, so a rule about arguments is checked in one place and
+its error message is the same everywhere: it names the argument, the value and the rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from multibackend.backends.base import Operands
+
+from . import dtypes
+from .arrays import Adapted, adapt, caller_stream, check_same_place, scalar
+from .errors import InvalidArgument
+from .problem import PRECISIONS, Problem, make_operand
+
+PACKED_PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
+
+
+@dataclass
+class Call:
+    """A validated call: the Problem, the operands as torch tensors, and how to return."""
+
+    problem: Problem
+    operands: Operands
+    kind: str  # the array kind of A, which the result takes
+    squeeze: bool  # return D as 2-D (neither A nor B was 3-D)
+    device: Any
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape))
+
+
+def _desc(name: str, a: Adapted) -> str:
+    return f"{name} is {_shape(a.tensor)} {a.dtype}"
+
+
+def _device_and_cc(tensors: list) -> tuple[Any, tuple[int, int] | None]:
+    import torch
+
+    dev = tensors[0].device
+    if dev.type == "cuda":
+        return dev, tuple(torch.cuda.get_device_capability(dev))
+    return dev, None
+
+
+def _to_gpu_if_host(adapted: dict[str, Adapted]) -> dict[str, Adapted]:
+    """NumPy (host) operands go to the GPU when there is one; stay on the host otherwise."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return adapted
+    return {name: Adapted(a.tensor.cuda() if a.tensor.device.type == "cpu" else a.tensor,
+                          a.kind, a.dtype) for name, a in adapted.items()}
+
+
+def _operand(t, batch: int) -> Any:
+    """``t`` as a 3-D (batch, rows, cols) view; a 2-D operand is broadcast (batch stride 0)."""
+    if t.dim() == 2:
+        t = t.unsqueeze(0).expand(batch, *t.shape)
+    return t
+
+
+def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
+                out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
+                precision: str | None = None, saturate: bool = False,
+                packed: str | None = None, bitop: str | None = None,
+                op: str = "matmul") -> Call:
+    """Validate a matmul's arguments and build its Call (see the module docstring)."""
+    named = {"A": adapt(A, "A", op), "B": adapt(B, "B", op)}
+    if C is not None:
+        named["C"] = adapt(C, "C", op)
+    if out is not None:
+        named["out"] = adapt(out, "out", op)
+    check_same_place(op, named)
+    a, b = named["A"], named["B"]
+    for name in ("A", "B"):
+        t = named[name].tensor
+        if t.dim() not in (2, 3):
+            raise InvalidArgument(f"{op}: {name} is {_shape(t)}: rank {t.dim()}, but matmul "
+                                  "takes 2-D or 3-D (batched) operands (use dot for 1-D)")
+    if packed is not None:
+        for name in ("A", "B"):
+            if named[name].dtype != "uint8":
+                raise InvalidArgument(f"{op}: {_desc(name, named[name])}: packed {packed} "
+                                      "operands are uint8 arrays (see multibackend.packing)")
+    elif a.dtype != b.dtype:
+        raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: A and B must have "
+                              "the same dtype")
+    in_dtype = packed or a.dtype
+    per = PACKED_PER_BYTE.get(packed, 1)
+    m, ka = a.tensor.shape[-2:]
+    kb, n = b.tensor.shape[-2:]
+    if ka != kb:
+        raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: inner dimensions "
+                              "differ")
+    k = int(ka) * per
+    ba = a.tensor.shape[0] if a.tensor.dim() == 3 else 1
+    bb = b.tensor.shape[0] if b.tensor.dim() == 3 else 1
+    if a.tensor.dim() == 3 and b.tensor.dim() == 3 and ba != bb and 1 not in (ba, bb):
+        raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: batch dimensions "
+                              "differ")
+    batch = max(ba, bb)
+    squeeze = a.tensor.dim() == 2 and b.tensor.dim() == 2
+    out_shape = (int(m), int(n)) if squeeze else (batch, int(m), int(n))
+
+    d_dtype = (dtypes.canonical(out_dtype, what=f"{op}: out_dtype") if out_dtype is not None
+               else dtypes.default_output(in_dtype, in_dtype))
+    acc = (dtypes.canonical(acc_dtype, what=f"{op}: acc_dtype") if acc_dtype is not None
+           else dtypes.default_accumulator(in_dtype))
+    if precision is not None and precision not in PRECISIONS:
+        raise InvalidArgument(f"{op}: precision is {precision!r}: expected one of "
+                              f"{', '.join(PRECISIONS)}")
+    if in_dtype == "float32":
+        precision = precision or "ieee"
+    elif precision is not None:
+        raise InvalidArgument(f"{op}: precision is {precision!r} but A is {in_dtype}: "
+                              "precision modes apply to float32 operands only")
+
+    integer_out = dtypes.get(d_dtype).is_integer
+    alpha_v = scalar(alpha, "alpha", op, integer=integer_out)
+    if beta is None:
+        beta = 1 if C is not None else 0
+    beta_v = scalar(beta, "beta", op, integer=integer_out)
+    if C is None and beta_v != 0:
+        raise InvalidArgument(f"{op}: beta is {beta_v!r} but C is None: beta scales C, "
+                              "so give C or leave beta at 0")
+
+    if "C" in named:
+        c = named["C"]
+        if c.dtype != d_dtype:
+            raise InvalidArgument(f"{op}: {_desc('C', c)} but the output is {d_dtype}: C must "
+                                  "have the output's dtype")
+        if tuple(c.tensor.shape[-2:]) != (m, n) or c.tensor.dim() not in (2, 3) or (
+                c.tensor.dim() == 3 and c.tensor.shape[0] not in (1, batch)):
+            raise InvalidArgument(f"{op}: {_desc('C', c)} but D is {out_shape}: C must be "
+                                  f"{(int(m), int(n))} or {(batch, int(m), int(n))}")
+    if "out" in named:
+        o = named["out"]
+        if tuple(o.tensor.shape) != out_shape:
+            raise InvalidArgument(f"{op}: out is {_shape(o.tensor)} but the result is "
+                                  f"{out_shape}: shapes differ")
+        if o.dtype != d_dtype:
+            raise InvalidArgument(f"{op}: out is {o.dtype} but the result is {d_dtype}: "
+                                  "dtypes differ (pass out_dtype to choose the result's dtype)")
+        if not o.tensor.is_contiguous():
+            raise InvalidArgument(f"{op}: out has strides {tuple(o.tensor.stride())}: out "
+                                  "must be row-major contiguous")
+
+    named = _to_gpu_if_host(named)
+    device, cc = _device_and_cc([x.tensor for x in named.values()])
+    ta = _operand(named["A"].tensor, batch)
+    tb = _operand(named["B"].tensor, batch)
+    tc = _operand(named["C"].tensor, batch) if "C" in named else None
+    if tc is not None and tc.shape[0] != batch:
+        tc = tc.expand(batch, *tc.shape[1:])
+    if "out" in named:
+        td = named["out"].tensor.view(batch, int(m), int(n))
+    else:
+        import torch
+
+        td = torch.empty((batch, int(m), int(n)), dtype=dtypes.torch_dtype(d_dtype),
+                         device=device)
+
+    def describe(t, dtype: str, rows: int, cols: int):
+        return make_operand(dtype, rows, cols, (t.stride(1), t.stride(2)),
+                            t.stride(0) if batch > 1 else 0, t.data_ptr())
+
+    problem = Problem(
+        op="matmul", m=int(m), n=int(n), k=k, batch=batch,
+        a=describe(ta, a.dtype, int(m), int(ka)), b=describe(tb, b.dtype, int(kb), int(n)),
+        c=describe(tc, d_dtype, int(m), int(n)) if tc is not None and beta_v != 0 else None,
+        d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
+        saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop)
+    operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
+                        beta=beta_v, stream=caller_stream(a.kind, device))
+    return Call(problem, operands, a.kind, squeeze, device)
+
+
+def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
+    """Validate a dot's arguments and build its Call."""
+    op = "dot"
+    named = {"x": adapt(x, "x", op), "y": adapt(y, "y", op)}
+    check_same_place(op, named)
+    for name, v in named.items():
+        if v.tensor.dim() != 1:
+            raise InvalidArgument(f"{op}: {name} is {_shape(v.tensor)}: rank {v.tensor.dim()}, "
+                                  "but dot takes 1-D vectors")
+    vx, vy = named["x"], named["y"]
+    if vx.tensor.shape != vy.tensor.shape:
+        raise InvalidArgument(f"{op}: {_desc('x', vx)} but {_desc('y', vy)}: lengths differ")
+    if vx.dtype != vy.dtype:
+        raise InvalidArgument(f"{op}: {_desc('x', vx)} but {_desc('y', vy)}: x and y must have "
+                              "the same dtype")
+    acc = (dtypes.canonical(acc_dtype, what="dot: acc_dtype") if acc_dtype is not None
+           else dtypes.default_accumulator(vx.dtype))
+    named = _to_gpu_if_host(named)
+    device, cc = _device_and_cc([v.tensor for v in named.values()])
+    import torch
+
+    tx, ty = named["x"].tensor, named["y"].tensor
+    n = int(tx.shape[0])
+    td = torch.empty((1,), dtype=dtypes.torch_dtype(acc), device=device)
+    vec = [make_operand(vx.dtype, 1, n, (n, t.stride(0)), 0, t.data_ptr()) for t in (tx, ty)]
+    problem = Problem(op="dot", m=1, n=1, k=n, batch=1, a=vec[0], b=vec[1], c=None,
+                      d_dtype=acc, acc=acc, device=str(device), cc=cc)
+    operands = Operands(a=tx, b=ty, c=None, d=td, stream=caller_stream(vx.kind, device))
+    return Call(problem, operands, vx.kind, False, device)

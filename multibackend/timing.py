@@ -1,0 +1,103 @@
+"""The one timing utility every benchmark, cross-check and tuning run uses.
+
+GPU time is measured with CUDA events around each run, after warm-up runs, and summarized by
+the median of many runs. Before each timed run the L2 cache is flushed by writing a buffer
+larger than it (outside the timed region), so small problems are not flattered by operands
+left in cache from the previous run. Host overhead (calls per second of the Python entry
+point) is measured separately with :func:`host_calls_per_second`.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+_FLUSH = {}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Summary of repeated GPU timings, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    p20_ms: float
+    p80_ms: float
+    runs: int
+
+    def tflops(self, flops: float) -> float:
+        return flops / (self.median_ms * 1e-3) / 1e12
+
+    def gbps(self, nbytes: float) -> float:
+        return nbytes / (self.median_ms * 1e-3) / 1e9
+
+
+def _flush_buffer(device):
+    import torch
+
+    buf = _FLUSH.get(device)
+    if buf is None:
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        buf = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device=device)
+        _FLUSH[device] = buf
+    return buf
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
+             flush_l2: bool = True, max_seconds: float = 10.0) -> Timing:
+    """Time ``fn`` (which launches GPU work on torch's current stream) with CUDA events.
+
+    ``warmup`` untimed runs, then up to ``reps`` timed runs (fewer if they would exceed
+    ``max_seconds``), each preceded by an L2 flush when ``flush_l2``.
+    """
+    import torch
+
+    device = torch.cuda.current_device()
+    stream = torch.cuda.current_stream()
+    for _ in range(warmup):
+        fn()
+    stream.synchronize()
+    start_probe = time.perf_counter()
+    fn()
+    stream.synchronize()
+    single = time.perf_counter() - start_probe
+    reps = max(3, min(reps, int(max_seconds / max(single, 1e-6))))
+    flush = _flush_buffer(device) if flush_l2 else None
+    events = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.fill_(reps)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        fn()
+        end.record(stream)
+        events.append((start, end))
+    stream.synchronize()
+    times = [s.elapsed_time(e) for s, e in events]
+    return Timing(statistics.median(times), min(times), _quantile(times, 0.2),
+                  _quantile(times, 0.8), len(times))
+
+
+def host_calls_per_second(fn: Callable[[], object], *, seconds: float = 1.0,
+                          sync: Callable[[], object] | None = None) -> float:
+    """How many times per second the host can call ``fn`` (GPU work queued, not awaited)."""
+    for _ in range(10):
+        fn()
+    if sync:
+        sync()
+    calls = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for _ in range(100):
+            fn()
+        calls += 100
+    elapsed = time.perf_counter() - start
+    if sync:
+        sync()
+    return calls / elapsed

@@ -1,0 +1,186 @@
+"""The tuning table: the measured winner per problem shape, shipped to a deployment.
+
+A table is JSON::
+
+    {"format": 1,
+     "environment": {"gpu": ..., "cc": ..., "driver": ..., "cuda": ...,
+                     "triton": ..., "nvidia-cutlass": ..., "multibackend": ...},
+     "entries": {"<problem key>": {"backend": ..., "config": {...}, "family": ...,
+                                   "m": .., "n": .., "k": .., "timings_ms": {...},
+                                   "measured": "<ISO time>"}}}
+
+Tables are loaded from ``$MULTIBACKEND_TUNING`` (paths separated by ``os.pathsep``) or with
+:func:`load_tuning`; several tables merge (later entries win). A table whose environment
+differs from this machine's is kept aside and reported, never used.
+
+Lookup (step 3 of the dispatch order): an exact entry for ``problem.key``; else the nearest
+bucket: among entries of the same *family* (op, dtypes, precision, layouts, batched or not),
+the one closest in ``max(|log2 m - log2 m'|, |log2 n - log2 n'|, |log2 k - log2 k'|)``,
+provided that distance is at most :data:`BUCKET_RADIUS` (each dimension within a factor of 2).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from multibackend.backends.base import Config
+
+from . import environment
+from .cache import atomic_write
+from .errors import InvalidArgument
+from .problem import Problem
+
+FORMAT = 1
+ENV_TUNING = "MULTIBACKEND_TUNING"
+BUCKET_RADIUS = 1.0
+
+
+def family(problem: Problem) -> str:
+    """The problem's key without its sizes: what must match for a bucket to apply."""
+    lay = problem.a.layout[0] + problem.b.layout[0]
+    return (f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:{problem.precision}:"
+            f"{problem.acc}:{lay}:{'batched' if problem.batch > 1 else 'single'}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A tuning-table answer for one problem."""
+
+    backend: str
+    config: Config
+    detail: str
+
+
+@dataclass
+class TuningTables:
+    """Every table loaded in this process: the usable entries, and the ones set aside."""
+
+    entries: dict[str, dict] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    env_loaded: str | None = None
+
+
+_TABLES = TuningTables()
+_LOCK = threading.Lock()
+
+
+def new_table(entries: dict[str, dict]) -> dict:
+    return {"format": FORMAT, "environment": environment.fingerprint(), "entries": entries}
+
+
+def save_table(table: dict, path: str | os.PathLike) -> Path:
+    """Write a table atomically."""
+    path = Path(path)
+    atomic_write(path, (json.dumps(table, indent=1, sort_keys=True) + "\n").encode())
+    return path
+
+
+def read_table(path: str | os.PathLike) -> dict:
+    """Read and validate one table file."""
+    try:
+        table = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise InvalidArgument(f"load_tuning: path {str(path)!r} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"load_tuning: {str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(table, dict) or table.get("format") != FORMAT:
+        raise InvalidArgument(f"load_tuning: {str(path)!r} has format "
+                              f"{table.get('format') if isinstance(table, dict) else None!r}: "
+                              f"expected a tuning table of format {FORMAT}")
+    if not isinstance(table.get("entries"), dict):
+        raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'entries' object")
+    return table
+
+
+def mismatch(table_env: dict, here: dict) -> list[str]:
+    """The fields in which a table's environment differs from this machine's."""
+    return [f"{k}: table {table_env.get(k)!r}, here {here.get(k)!r}"
+            for k in sorted(set(table_env) | set(here)) if table_env.get(k) != here.get(k)]
+
+
+def merge(*tables: dict) -> dict:
+    """One table from several made in the same environment (later entries win)."""
+    if not tables:
+        raise InvalidArgument("merge: no tables given")
+    env = tables[0]["environment"]
+    entries: dict[str, dict] = {}
+    for table in tables:
+        diff = mismatch(table["environment"], env)
+        if diff:
+            raise InvalidArgument(f"merge: tables come from different environments "
+                                  f"({'; '.join(diff)})")
+        entries.update(table["entries"])
+    return {"format": FORMAT, "environment": env, "entries": entries}
+
+
+def load_tuning(path: str | os.PathLike, *, tables: TuningTables | None = None) -> list[str]:
+    """Load a table for ``backend="auto"``; returns the reasons it was set aside (empty when
+    it is used)."""
+    tables = tables or _TABLES
+    table = read_table(path)
+    diff = mismatch(table["environment"], environment.fingerprint())
+    with _LOCK:
+        if diff:
+            tables.rejected.append(f"{path}: made in another environment ({'; '.join(diff)})")
+            return diff
+        tables.entries.update(table["entries"])
+        tables.sources.append(str(path))
+    return []
+
+
+def _load_env_tables() -> None:
+    spec = os.environ.get(ENV_TUNING, "")
+    if spec == (_TABLES.env_loaded or ""):
+        return
+    _TABLES.env_loaded = spec
+    for part in filter(None, spec.split(os.pathsep)):
+        load_tuning(part)
+
+
+def status() -> TuningTables:
+    """The loaded tables (after reading ``$MULTIBACKEND_TUNING``)."""
+    _load_env_tables()
+    return _TABLES
+
+
+def clear() -> None:
+    """Forget every loaded table."""
+    global _TABLES
+    with _LOCK:
+        _TABLES = TuningTables()
+
+
+def _distance(problem: Problem, entry: dict) -> float:
+    return max(abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
+               for a, b in ((problem.m, entry["m"]), (problem.n, entry["n"]),
+                            (problem.k, entry["k"])))
+
+
+def lookup(problem: Problem, tables: TuningTables | None = None) -> Hit | None:
+    """The tuned choice for ``problem``: exact entry, else nearest bucket, else None."""
+    if tables is None:
+        tables = status()
+    if not tables.entries:
+        return None
+    entry = tables.entries.get(problem.key)
+    if entry is not None:
+        return Hit(entry["backend"], Config.from_dict(entry["config"]),
+                   f"exact tuning-table entry {problem.key}")
+    fam = family(problem)
+    best = None
+    for key, candidate in tables.entries.items():
+        if candidate.get("family") != fam:
+            continue
+        dist = _distance(problem, candidate)
+        if dist <= BUCKET_RADIUS and (best is None or dist < best[0]):
+            best = (dist, key, candidate)
+    if best is None:
+        return None
+    dist, key, candidate = best
+    return Hit(candidate["backend"], Config.from_dict(candidate["config"]),
+               f"nearest tuning-table bucket {key} (log2 distance {dist:.2f})")
