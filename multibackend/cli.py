@@ -1,0 +1,143 @@
+"""The command line: ``python -m multibackend info | check | tune | report``.
+
+``check`` is the main job. On a GPU it cross-checks every backend, plus cuBLAS, over a default
+set of shapes and dtypes and prints one table. Without a GPU it says so, runs the Triton
+kernels in Triton's interpreter on small ragged shapes against a float64 NumPy reference, and
+exits 0 when they all match (1 when any result is wrong).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+#: (M, N, K) shapes of the GPU cross-check: square, ragged, odd, and large
+GPU_SHAPES = ((256, 256, 256), (333, 777, 999), (1000, 1000, 1000), (4097, 4095, 4096),
+              (4096, 4096, 4096))
+GPU_DTYPES = (("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
+              ("float32", {"precision": "tf32"}), ("float64", {}), ("int8", {}),
+              ("float8_e4m3fn", {}))
+CPU_SHAPES = ((1, 1, 1), (7, 17, 33), (65, 33, 17), (17, 129, 65))
+CPU_DTYPES = (("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
+              ("float64", {}), ("int8", {}))
+DOT_SIZES_GPU = (1 << 20, (1 << 24) + 3)
+DOT_SIZES_CPU = (1, 1000, 4099)
+
+
+def cmd_info(_args: argparse.Namespace) -> int:
+    from . import environment
+    from .registry import REGISTRY
+
+    gpu = environment.gpu()
+    if gpu["available"]:
+        print(f"GPU: {gpu['name']} (sm_{gpu['cc'].replace('.', '')}), "
+              f"{gpu['multiprocessors']} SMs, {gpu['memory_gib']} GiB, CUDA {gpu['cuda_runtime']}, "
+              f"driver {gpu.get('driver')}")
+    else:
+        print(f"GPU: none ({gpu['reason']})")
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in environment.versions().items() if v))
+    for name in REGISTRY.names:
+        reason = REGISTRY.availability(name)
+        state = "available" if reason is None else f"unavailable: {reason.message} " \
+                                                   f"(rule: {reason.rule})"
+        print(f"  {name:<9} {state}")
+    return 0
+
+
+def _operands(shape, dtype: str, device: str, rng):
+    import torch
+
+    from . import dtypes as dt
+
+    m, n, k = shape
+    tdtype = dt.torch_dtype(dtype)
+    if dt.get(dtype).is_integer:
+        a = torch.randint(-8, 8, (m, k), generator=rng, dtype=torch.int8)
+        b = torch.randint(-8, 8, (k, n), generator=rng, dtype=torch.int8)
+    else:
+        a = (torch.rand((m, k), generator=rng, dtype=torch.float32) * 2 - 1).to(tdtype)
+        b = (torch.rand((k, n), generator=rng, dtype=torch.float32) * 2 - 1).to(tdtype)
+    return a.to(device), b.to(device)
+
+
+def _vectors(n: int, dtype: str, device: str, rng):
+    import torch
+
+    from . import dtypes as dt
+
+    x = torch.rand((n,), generator=rng, dtype=torch.float32) * 2 - 1
+    y = torch.rand((n,), generator=rng, dtype=torch.float32) * 2 - 1
+    return x.to(dt.torch_dtype(dtype)).to(device), y.to(dt.torch_dtype(dtype)).to(device)
+
+
+def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.stdout) -> list:
+    """Cross-check every (shape, dtype) and dot size; print one table; return the reports."""
+    import torch
+
+    from .crosscheck import crosscheck
+
+    rng = torch.Generator().manual_seed(0)
+    reports = []
+    for dtype, kwargs in dtypes:
+        for shape in shapes:
+            a, b = _operands(shape, dtype, device, rng)
+            reports.append(crosscheck(a, b, time_it=time_it, **kwargs))
+            print(_rows(reports[-1]), file=out, flush=True)
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        for n in dot_sizes:
+            x, y = _vectors(n, dtype, device, rng)
+            reports.append(crosscheck(x, y, time_it=time_it))
+            print(_rows(reports[-1]), file=out, flush=True)
+    return reports
+
+
+def _rows(report) -> str:
+    lines = []
+    for r in report.results:
+        if not r.supported:
+            continue
+        status = "ok" if r.ok else f"FAIL {r.detail}"
+        rate = f"{r.rate:9.1f} {report.unit:<7}" if r.rate else " " * 17
+        ratio = f"{r.vs_cublas:5.2f}x" if r.vs_cublas else "     -"
+        err = f"{r.rel_err:.2e}" if r.rel_err is not None else "-"
+        lines.append(f"{report.problem[:64]:<64} {r.backend:<8} {(r.config or '')[:20]:<20} "
+                     f"err {err:>9} {status:<4} {rate} {ratio}")
+    return "\n".join(lines)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from . import environment
+
+    gpu = environment.gpu()
+    if gpu["available"]:
+        print(f"cross-check on {gpu['name']} (sm_{gpu['cc'].replace('.', '')}): every backend "
+              "vs float64, time and ratio to cuBLAS from the same run")
+        shapes = GPU_SHAPES[: args.shapes] if args.shapes else GPU_SHAPES
+        reports = run_check(shapes, GPU_DTYPES, DOT_SIZES_GPU, "cuda", time_it=True)
+    else:
+        print(f"no GPU here ({gpu['reason']}): cross-checking the Triton kernels in Triton's "
+              "interpreter on small ragged shapes against a float64 NumPy reference")
+        os.environ["TRITON_INTERPRET"] = "1"
+        reports = run_check(CPU_SHAPES, CPU_DTYPES, DOT_SIZES_CPU, "cpu", time_it=False)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([r.to_dict() for r in reports], f, indent=1)
+    failed = [r for r in reports if not r.ok]
+    ran = sum(1 for r in reports for x in r.results if x.supported)
+    print(f"{ran} backend runs, {len(failed)} problems with a wrong result")
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multibackend",
+                                     description="GPU matmul/dot across raw WMMA, Triton "
+                                                 "and CUTLASS, checked against cuBLAS")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="GPU, versions, and each backend's availability")
+    check = sub.add_parser("check", help="cross-check every backend vs float64 and cuBLAS")
+    check.add_argument("--json", help="also write the reports to this JSON file")
+    check.add_argument("--shapes", type=int, default=0,
+                       help="only the first N default shapes (GPU)")
+    args = parser.parse_args(argv)
+    return {"info": cmd_info, "check": cmd_check}[args.command](args)
