@@ -25,6 +25,7 @@ from . import dtypes
 from .problem import Operand, Problem
 
 CUDA_VERSION = "13.0"  # what the generator is told: enables every kernel it knows
+CLUSTER_LEVEL = 2  # sm90_shapes.SM90_CLUSTER_SIZES level: 1x2x1, 2x1x1 and 1x1x1
 
 #: our dtype name -> cutlass_library DataType name
 _ELEMENT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
@@ -64,7 +65,7 @@ SCHEDULES_3X = {"TmaWarpSpecializedCooperative": "cooperative",
                 "CpAsyncWarpSpecializedCooperative": "cpasync_cooperative",
                 "CpAsyncWarpSpecialized": "cpasync"}
 _EPILOGUES_3X = {"TmaWarpSpecializedCooperative": "tma", "TmaWarpSpecialized": "tma",
-                 "NoSmemWarpSpecialized": "nosmem"}
+                 "NoSmemWarpSpecialized": "nosmem", "EpilogueTransposed": "transposed"}
 
 
 class Collector:
@@ -81,7 +82,9 @@ class Collector:
 
     def get_instantiation_level(self, pruned_level: int = 0, default_level: int = 111,
                                 exhaustive_level: int = 9992) -> int:
-        return default_level
+        """The generator's default level, with cluster shapes widened to include 1x1x1."""
+        cluster_digit = default_level // 100 % 10
+        return default_level + 100 * max(0, CLUSTER_LEVEL - cluster_digit)
 
     def append(self, operation) -> None:
         self.operations.append(operation)

@@ -1,0 +1,205 @@
+"""The CUTLASS backend: kernels emitted by nvidia-cutlass's generator, compiled by us, launched
+through a thin C launcher with ctypes.
+
+``multibackend.cutlass_emit`` picks the CUTLASS kernels that fit a Problem and writes their
+source; ``multibackend.cutlass_build`` compiles, caches and loads them. This module holds the
+capability table, turns kernels into Configs, and launches: per call it reads four pointers,
+the scalars and the stream, and makes one ctypes call (everything else is computed once per
+(problem, config)). The stock ``cutlass_cppgen`` runtime is not used: it needs cuda-python's
+removed ``cuda.cuda`` modules, writes into the working directory and costs milliseconds a call.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from multibackend import cutlass_build, cutlass_emit, dtypes, toolchain
+from multibackend.backends.base import Backend, Config, Operands
+from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.errors import InvalidArgument, MultibackendError
+from multibackend.problem import Problem
+
+NAME = "cutlass"
+LAYOUTS = ("row", "col")
+TN = "A row-major and B column-major (both K-major)"
+
+RULES = (
+    DtypeRule("float16", accs=("float32", "float16"), outs=("float16", "float32"),
+              min_cc=(7, 5), a_layouts=LAYOUTS, b_layouts=LAYOUTS,
+              note="sm_90: 3.x TMA warp-specialized (sm_90a); 1-element alignment: 2.x sm_75"),
+    DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16", "float32"), min_cc=(8, 0),
+              a_layouts=LAYOUTS, b_layouts=LAYOUTS,
+              note="sm_90: 3.x TMA warp-specialized (sm_90a); needs 2-element alignment"),
+    DtypeRule("float32", accs=("float32",), outs=("float32",), min_cc=(8, 0),
+              a_layouts=LAYOUTS, b_layouts=LAYOUTS, precisions=("tf32", "tf32x3", "ieee"),
+              note="tf32: 3.x WGMMA on sm_90; tf32x3: 2.x 3xTF32; ieee: 2.x SIMT (slow)"),
+    DtypeRule("float64", accs=("float64",), outs=("float64",), min_cc=(8, 0),
+              a_layouts=LAYOUTS, b_layouts=LAYOUTS, note="2.x DMMA (sm_90: 16x8x4)"),
+    DtypeRule("int8", accs=("int32",), outs=("int32",), min_cc=(8, 0), a_layouts=("row",),
+              b_layouts=("col",), note="K-major only; K a multiple of 4 (sm_90) or 16"),
+    DtypeRule("uint8", accs=("int32",), outs=("int32",), min_cc=(8, 0), a_layouts=("row",),
+              b_layouts=("col",), note="K-major only; K a multiple of 4 (sm_90) or 16"),
+    DtypeRule("float8_e4m3fn", accs=("float32",), outs=("float32", "float16", "bfloat16"),
+              min_cc=(9, 0), a_layouts=("row",), b_layouts=("col",),
+              note="3.x WGMMA, K-major only, K a multiple of 4"),
+    DtypeRule("float8_e5m2", accs=("float32",), outs=("float32", "float16", "bfloat16"),
+              min_cc=(9, 0), a_layouts=("row",), b_layouts=("col",),
+              note="3.x WGMMA, K-major only, K a multiple of 4"),
+)
+
+#: dtypes the generator has kernels for that this backend does not take, and why
+NOT_WIRED = {
+    "int4": "the generator offers s4 x s4 -> s32 only as 2.x sm_80 TN kernels "
+            "(GenerateSM80_TensorOp_16864_TN, 32-element alignment) and nothing for sm_90's "
+            "WGMMA; not enabled here: the nibble order of multibackend's packed int4 is not "
+            "checked against cutlass::int4b_t",
+    "uint4": "the generator offers u4 x u4 -> s32 only as 2.x sm_80 TN kernels "
+             "(GenerateSM80_TensorOp_16864_TN); not enabled here (nibble order unchecked)",
+    "bit": "the generator offers b1 XOR/AND-popcount -> s32 only as 2.x sm_80 TN kernels "
+           "(GenerateSM80_TensorOp_168256, 128-bit alignment); not enabled here: sm_90 has no "
+           "native b1 MMA and the bit order of multibackend's packing is unchecked",
+}
+
+
+def _fits_generator(problem: Problem) -> tuple[str, str] | None:
+    if problem.op != "matmul":
+        return None
+    if problem.has_c and problem.c is not None:
+        if problem.c.layout != "row":
+            return ("layout", f"C is {problem.c.layout}-major; C must be row-major like D")
+        if problem.c.dtype != problem.d_dtype:
+            return ("output", f"C is {problem.c.dtype} but D is {problem.d_dtype}: "
+                              "they must match")
+    if not cutlass_emit.candidates(problem):
+        return ("alignment", cutlass_emit.why_none(problem))
+    return None
+
+
+class KernelRefused(MultibackendError, RuntimeError):
+    """A compiled CUTLASS kernel refused the arguments or failed to launch (nothing written)."""
+
+
+CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
+
+
+@dataclass
+class _Prepared:
+    """What a launch needs, computed once per (problem, config)."""
+
+    library: cutlass_build.Library
+    args: tuple[int, ...]
+    integer: bool
+    d_align_bytes: int
+
+
+class CutlassBackend(Backend):
+    name = NAME
+
+    def __init__(self) -> None:
+        self._prepared: dict[tuple[Problem, str], _Prepared] = {}
+
+    def available(self) -> Reason | None:
+        try:
+            import cutlass_library  # noqa: F401
+        except ImportError as exc:
+            return self.unavailable("import", f"nvidia-cutlass is not installed ({exc})")
+        if toolchain.find_nvcc() is None:
+            return self.unavailable("nvcc", "nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+        try:
+            import torch
+
+            if not torch.cuda.is_available():
+                return self.unavailable("gpu", "no CUDA GPU visible")
+        except ImportError:
+            return self.unavailable("gpu", "torch is not installed")
+        return None
+
+    @property
+    def capability(self) -> Capability:
+        return CAPABILITY
+
+    def supports(self, problem: Problem) -> Reason | None:
+        if problem.in_dtype in NOT_WIRED:
+            return Reason(NAME, "dtype", NOT_WIRED[problem.in_dtype])
+        return CAPABILITY.check(problem)
+
+    def configs(self, problem: Problem) -> list[Config]:
+        return [Config(c.name, c.params) for c in cutlass_emit.candidates(problem)]
+
+    def versions(self) -> dict[str, str]:
+        from importlib import metadata
+
+        try:
+            cutlass_version = metadata.version("nvidia-cutlass")
+        except metadata.PackageNotFoundError:
+            cutlass_version = "not installed"
+        return {"nvidia-cutlass": cutlass_version, "nvcc": toolchain.nvcc_version() or "none"}
+
+    def prepare(self, problem: Problem, config: Config) -> None:
+        self._prepare(problem, config)
+
+    def _prepare(self, problem: Problem, config: Config) -> _Prepared:
+        key = (problem, config.name)
+        found = self._prepared.get(key)
+        if found is not None:
+            return found
+        candidate = candidate_for(problem, config)
+        path = cutlass_build.build(cutlass_emit.emit(candidate), candidate.arch, candidate.name)
+        size = int(dtypes.get(problem.d_dtype).itemsize)
+        prepared = _Prepared(cutlass_build.load(path), cutlass_emit.kernel_args(problem),
+                             candidate.integer_epilogue,
+                             candidate.operation.D.alignment * size)
+        if candidate.is_3x and config.get("epilogue") == "tma":
+            prepared.d_align_bytes = 16
+        self._prepared[key] = prepared
+        return prepared
+
+    def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        prepared = self._prepared.get((problem, config.name)) or self._prepare(problem, config)
+        alpha, beta = operands.alpha, operands.beta
+        if prepared.integer and (alpha != int(alpha) or beta != int(beta)):
+            raise InvalidArgument(f"alpha={alpha!r}, beta={beta!r}: a {problem.in_dtype} -> "
+                                  f"{problem.d_dtype} CUTLASS kernel scales in int32, so alpha "
+                                  "and beta must be integers")
+        d = operands.d.data_ptr()
+        if d % prepared.d_align_bytes:
+            raise InvalidArgument(f"operands.d pointer {d:#x} is not {prepared.d_align_bytes}-byte"
+                                  " aligned, as the CUTLASS kernel's epilogue needs")
+        if problem.has_c and operands.c is not None:
+            c = operands.c.data_ptr()
+        else:
+            c, beta = d, 0
+        status = prepared.library.gemm(
+            *prepared.args[:4], operands.b.data_ptr(), operands.a.data_ptr(), c, d,
+            *prepared.args[4:], float(alpha), float(beta), operands.stream)
+        if status:
+            raise KernelRefused(f"CUTLASS kernel {prepared.library.kernel_name} refused "
+                               f"{problem.describe()}: {prepared.library.status_string(status)}"
+                               f" ({prepared.library.cuda_error_string()})")
+
+
+def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:
+    """The kernel ``config`` names among those that can run ``problem``."""
+    found = cutlass_emit.candidates(problem)
+    for candidate in found:
+        if candidate.name == config.name:
+            return candidate
+    names = ", ".join(c.name for c in found[:8]) or "none"
+    raise InvalidArgument(f"config {config.name!r} is not a CUTLASS kernel for "
+                          f"{problem.describe()} (offered: {names}...)")
+
+
+def prepare_many(problem: Problem, configs: list[Config],
+                 max_workers: int | None = None) -> list[Config]:
+    """Compile (or load from cache) every config for ``problem`` at once, in parallel nvcc
+    processes; returns the configs that built. Raises the first failure when none built."""
+    candidates = [candidate_for(problem, config) for config in configs]
+    jobs = [(cutlass_emit.emit(c), c.arch, c.name) for c in candidates]
+    results = cutlass_build.build_many(jobs, max_workers)
+    built = [config for config, result in zip(configs, results)
+             if not isinstance(result, Exception)]
+    if results and not built:
+        raise results[0]
+    return built
+
+
+def create() -> Backend:
+    return CutlassBackend()

@@ -1,0 +1,223 @@
+"""CPU tier of the CUTLASS backend: kernel choice and emitted source for every accepted
+(dtype, layout), capability rejections with their reasons, the build cache, and one real nvcc
+build of an sm_90a f16 kernel whose SASS must hold HGMMA (Hopper's warpgroup MMA)."""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import tempfile
+
+import pytest
+
+pytest.importorskip("cutlass_library")
+
+from multibackend import cutlass_build, cutlass_emit, toolchain  # noqa: E402
+from multibackend.backends import cutlass as backend_module  # noqa: E402
+from multibackend.backends.base import Config  # noqa: E402
+from multibackend.problem import synthetic  # noqa: E402
+
+BACKEND = backend_module.create()
+LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+CASES = [  # (dtype, extra synthetic() arguments)
+    ("float16", {}), ("float16", {"out_dtype": "float32"}),
+    ("float16", {"acc": "float16"}), ("bfloat16", {}), ("bfloat16", {"out_dtype": "float32"}),
+    ("float32", {"precision": "tf32"}), ("float32", {"precision": "tf32x3"}),
+    ("float32", {"precision": "ieee"}), ("float64", {}), ("int8", {}), ("uint8", {}),
+    ("float8_e4m3fn", {}), ("float8_e5m2", {}), ("float8_e4m3fn", {"out_dtype": "bfloat16"}),
+]
+
+
+def accepted():
+    for dtype, extra in CASES:
+        for a_layout, b_layout in LAYOUTS:
+            for cc in ((9, 0), (8, 0)):
+                problem = synthetic(256, 512, 128, dtype, a_layout=a_layout, b_layout=b_layout,
+                                    cc=cc, **extra)
+                if BACKEND.supports(problem) is None:
+                    yield problem
+
+
+ACCEPTED = list(accepted())
+
+
+def test_capability_table_accepts_the_main_paths():
+    keys = {(p.in_dtype, p.precision, p.a.layout, p.b.layout, p.cc) for p in ACCEPTED}
+    for dtype in ("float16", "bfloat16"):
+        for a_layout, b_layout in LAYOUTS:
+            assert (dtype, None, a_layout, b_layout, (9, 0)) in keys
+            assert (dtype, None, a_layout, b_layout, (8, 0)) in keys
+    for precision in ("tf32", "tf32x3", "ieee"):
+        assert ("float32", precision, "col", "row", (9, 0)) in keys
+    assert ("float64", None, "col", "col", (8, 0)) in keys
+    assert ("int8", None, "row", "col", (9, 0)) in keys
+    assert ("float8_e4m3fn", None, "row", "col", (9, 0)) in keys
+    assert ("float8_e5m2", None, "row", "col", (8, 0)) not in keys
+
+
+def test_every_accepted_problem_emits_complete_distinct_sources():
+    sources = {}
+    for problem in ACCEPTED:
+        configs = BACKEND.configs(problem)
+        assert configs, problem.describe()
+        candidate = backend_module.candidate_for(problem, configs[0])
+        source = cutlass_emit.emit(candidate)
+        assert "${" not in source, candidate.name
+        assert 'extern "C" int mb_gemm(' in source
+        name = candidate.operation.procedural_name()
+        assert f"struct {name}" in source and f"GemmUniversalAdapter<{name}>" in source
+        if problem.cc == (9, 0) and problem.in_dtype != "float64" and \
+                problem.precision not in ("tf32x3", "ieee"):
+            assert candidate.arch == "90a" and "cutlass::arch::Sm90" in source
+            assert "KernelTmaWarpSpecialized" in source
+        else:
+            assert "DefaultGemmUniversal" in source
+        key = (problem.in_dtype, problem.d_dtype, problem.acc, problem.precision,
+               problem.a.layout, problem.b.layout, problem.cc)
+        artifact = (source, candidate.arch)
+        assert artifact not in sources.values(), f"{key} builds the same kernel as another case"
+        sources[key] = artifact
+    assert len(sources) == len(ACCEPTED) >= 60
+
+
+def test_default_f16_config_on_sm90_is_a_cooperative_tma_kernel():
+    configs = BACKEND.configs(synthetic(8192, 8192, 8192, "float16"))
+    default = configs[0]
+    assert default.get("schedule") == "cooperative" and default.get("epilogue") == "tma"
+    assert default.get("family") == "3x_tma"
+    schedules = {c.get("schedule") for c in configs}
+    clusters = {c.get("cluster") for c in configs}
+    assert {"cooperative", "pingpong"} <= schedules
+    assert {(1, 1, 1), (2, 1, 1), (1, 2, 1)} <= clusters
+    assert len({c.name for c in configs}) == len(configs)
+
+
+@pytest.mark.parametrize("dtype, ld_elems, expected", [
+    ("float16", 64, 8), ("float16", 36, 4), ("float16", 34, 2), ("float16", 33, 1),
+    ("float32", 64, 4), ("float32", 66, 2), ("int8", 64, 16), ("float64", 8, 2)])
+def test_alignment_is_taken_from_the_leading_dimension(dtype, ld_elems, expected):
+    problem = synthetic(16, 16, ld_elems, dtype, precision="tf32" if dtype == "float32" else None)
+    assert cutlass_emit.operand_alignment(problem.a, 1) == expected
+
+
+def test_alignment_is_taken_from_the_pointer():
+    problem = synthetic(16, 16, 64, "float16")
+    a = problem.a.__class__(**{**problem.a.__dict__, "align": 4})
+    assert cutlass_emit.operand_alignment(a, 1) == 2
+
+
+def test_ragged_f16_falls_back_to_smaller_alignment_kernels():
+    aligned = BACKEND.configs(synthetic(100, 200, 64, "float16"))
+    assert aligned[0].get("family") == "3x_tma"
+    four = BACKEND.configs(synthetic(100, 200, 68, "float16", b_layout="col"))
+    assert four[0].get("family") == "3x_cpasync"
+    one = BACKEND.configs(synthetic(33, 17, 9, "float16"))
+    assert one[0].get("family") == "2x" and one[0].get("schedule") == "sm75"
+
+
+def test_odd_output_width_uses_a_non_tma_epilogue():
+    configs = BACKEND.configs(synthetic(128, 129, 64, "float16", b_layout="col"))
+    assert configs and all(c.get("epilogue") == "nosmem" for c in configs)
+
+
+@pytest.mark.parametrize("kwargs, rule, words", [
+    ({"dtype": "int4", "a_layout": "row", "b_layout": "col"}, "dtype", "16864_TN"),
+    ({"dtype": "bit", "a_layout": "row", "b_layout": "col"}, "dtype", "168256"),
+    ({"dtype": "int8"}, "layout", "B is row-major"),
+    ({"dtype": "float8_e4m3fn", "a_layout": "row", "b_layout": "col", "cc": (8, 9)},
+     "compute-capability", "sm_90"),
+    ({"dtype": "bfloat16", "k": 33}, "alignment", "1-element alignment"),
+    ({"dtype": "int8", "a_layout": "row", "b_layout": "col", "k": 30}, "alignment", "int32"),
+    ({"dtype": "float16", "acc": "float16", "out_dtype": "float32"}, "alignment", "float16"),
+    ({"dtype": "float16", "cc": (7, 0)}, "compute-capability", "sm_75"),
+])
+def test_rejections_name_the_rule(kwargs, rule, words):
+    kwargs = dict(kwargs)
+    k = kwargs.pop("k", 64)
+    reason = BACKEND.supports(synthetic(64, 64, k, **kwargs))
+    assert reason is not None and reason.rule == rule and reason.backend == "cutlass"
+    assert words in reason.message
+
+
+def test_strided_operands_are_rejected():
+    problem = synthetic(64, 64, 64, "float16")
+    strided = problem.with_(a=problem.a.__class__(**{**problem.a.__dict__, "layout": "strided"}))
+    reason = BACKEND.supports(strided)
+    assert reason is not None and reason.rule == "layout"
+
+
+def test_unknown_config_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="'nope'"):
+        backend_module.candidate_for(synthetic(64, 64, 64), Config.of("nope"))
+
+
+def test_kernel_args_describe_the_transposed_product():
+    problem = synthetic(30, 50, 70, "float16", batch=3, b_layout="col", has_c=True)
+    m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd = cutlass_emit.kernel_args(problem)
+    assert (m, n, k, batch) == (50, 30, 70, 3)
+    assert (lda, ldb, ldc, ldd) == (problem.b.ld, problem.a.ld, 50, 50)
+    assert (sa, sb, sc, sd) == (70 * 50, 30 * 70, 1500, 1500)
+
+
+def test_versions_and_availability_never_raise():
+    versions = BACKEND.versions()
+    assert set(versions) == {"nvidia-cutlass", "nvcc"}
+    assert BACKEND.available() is None or BACKEND.available().backend == "cutlass"
+
+
+def test_cache_keys_depend_on_source_and_arch():
+    assert cutlass_build.artifact_key("x", "90a") != cutlass_build.artifact_key("y", "90a")
+    assert cutlass_build.artifact_key("x", "90a") != cutlass_build.artifact_key("x", "80")
+    with pytest.raises(ValueError, match="arch"):
+        cutlass_build.nvcc_flags("sm90")
+
+
+def test_truncated_artifact_is_discarded(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    key = cutlass_build.artifact_key("fake source", "90a")
+    path = cutlass_build.library_path(key)
+    data = b"\x7fELF" + b"\0" * 100
+    path.write_bytes(data[:50])
+    path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest())
+    assert cutlass_build.cached_library(key) is None
+    assert not path.exists()
+    path.write_bytes(data)
+    path.with_suffix(".sha256").write_text(hashlib.sha256(data).hexdigest())
+    assert cutlass_build.cached_library(key) == path
+
+
+def test_missing_nvcc_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda: None)
+    with pytest.raises(FileNotFoundError, match="CUDA_HOME"):
+        cutlass_build._compile("int x;", "90a", "0" * 32, "k")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
+def test_sm90a_f16_kernel_compiles_caches_and_holds_hgmma(tmp_path, monkeypatch):
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    cwd_before = sorted(os.listdir(os.getcwd()))
+    tempdir_before = tempfile.tempdir
+    problem = synthetic(64, 64, 64, "float16")
+    config = Config.of("128x128x64_1x1x1_cooperative_tma")
+    candidate = backend_module.candidate_for(problem, config)
+    source = cutlass_emit.emit(candidate)
+    path = cutlass_build.build(source, candidate.arch, candidate.name)
+    assert path.parent == tmp_path / "cutlass"
+    assert cutlass_build.cached_library(cutlass_build.artifact_key(source, "90a")) == path
+    stamp = path.stat().st_mtime_ns
+    assert cutlass_build.build(source, candidate.arch, candidate.name) == path
+    assert path.stat().st_mtime_ns == stamp  # the second build compiled nothing
+    assert not list((tmp_path / "cutlass").glob(".build-*"))
+    sass = toolchain.sass(path)
+    assert re.search(r"\bHGMMA\.64x128x16\.F32\b", sass), sass[:2000]
+    try:
+        library = cutlass_build.load(path)
+    except OSError as exc:  # a host without the CUDA driver cannot resolve libcuda symbols
+        pytest.skip(f"cannot dlopen here: {exc}")
+    assert library.kernel_name == candidate.operation.procedural_name()
+    assert library.status_string(1) == "Error Misaligned Operand"
+    assert isinstance(library.gemm, ctypes._CFuncPtr)
+    assert sorted(os.listdir(os.getcwd())) == cwd_before
+    assert tempfile.tempdir == tempdir_before
