@@ -1,0 +1,160 @@
+"""GPU tier for the front end, the cuBLAS baseline and the Triton backend: every dtype and
+layout the Triton capability table accepts, on fresh random ragged shapes, against float64,
+with outputs poisoned before each run."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import multibackend as mb  # noqa: E402
+from multibackend import reference  # noqa: E402
+from multibackend.crosscheck import crosscheck_call, poison  # noqa: E402
+from multibackend.request import matmul_call  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [(1, 1, 1), (7, 17, 33), (16, 16, 16), (17, 31, 129), (127, 129, 65),
+          (129, 127, 1000), (1000, 333, 777), (4097, 64, 40)]
+DTYPES = [("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
+          ("float32", {"precision": "tf32"}), ("float32", {"precision": "tf32x3"}),
+          ("float64", {}), ("int8", {}), ("float8_e4m3fn", {}), ("float8_e5m2", {})]
+
+
+def _rand(shape, dtype, gen, layout="row"):
+    from multibackend import dtypes
+
+    tdtype = dtypes.torch_dtype(dtype)
+    if layout == "col":
+        shape = shape[:-2] + (shape[-1], shape[-2])
+    if dtypes.get(dtype).is_integer:
+        t = torch.randint(-8, 8, shape, generator=gen, dtype=torch.int8)
+    else:
+        t = (torch.rand(shape, generator=gen, dtype=torch.float32) * 2 - 1).to(tdtype)
+    t = t.cuda()
+    return t.transpose(-1, -2) if layout == "col" else t
+
+
+def _check(call, backend="triton", config=None):
+    from multibackend.api import execute
+    from multibackend.dispatch import decide
+
+    poison(call.operands.d)
+    execute(call, decide(call.problem, backend, config))
+    ref = reference.reference_matmul(call.operands.a, call.operands.b, call.operands.c,
+                                     call.operands.alpha, call.operands.beta)
+    cmp = reference.compare(call.problem, call.operands.d, ref)
+    assert cmp.ok, f"{call.problem.describe()}: {cmp.detail}"
+    return cmp
+
+
+@pytest.mark.parametrize("dtype,kw", DTYPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_triton_every_dtype_and_layout(dtype, kw, a_layout, b_layout):
+    gen = torch.Generator().manual_seed(hash((dtype, a_layout, b_layout)) % 2**31)
+    for m, n, k in SHAPES:
+        a = _rand((m, k), dtype, gen, a_layout)
+        b = _rand((k, n), dtype, gen, b_layout)
+        call = matmul_call(a, b, **kw)
+        _check(call, "triton", _first_fixed_config(call))
+
+
+def _first_fixed_config(call):
+    from multibackend.registry import REGISTRY
+
+    return [c for c in REGISTRY.get("triton").configs(call.problem) if c.name != "autotune"][0]
+
+
+@pytest.mark.parametrize("config_index", range(7))
+def test_triton_every_tile_f16(config_index):
+    from multibackend.registry import REGISTRY
+
+    gen = torch.Generator().manual_seed(config_index)
+    a = _rand((1000, 777), "float16", gen)
+    b = _rand((777, 1031), "float16", gen)
+    call = matmul_call(a, b)
+    configs = [c for c in REGISTRY.get("triton").configs(call.problem) if c.name != "autotune"]
+    _check(call, "triton", configs[config_index])
+
+
+def test_triton_autotune_and_epilogue_batched():
+    gen = torch.Generator().manual_seed(1)
+    a = _rand((3, 200, 136), "float16", gen)
+    b = _rand((136, 72), "float16", gen)  # broadcast over the batch
+    c = _rand((3, 200, 72), "float16", gen)
+    call = matmul_call(a, b, c, alpha=0.5, beta=-2.0)
+    _check(call, "triton")
+
+
+def test_int8_epilogue_integer_scalars_exact():
+    gen = torch.Generator().manual_seed(2)
+    a = _rand((65, 96), "int8", gen)
+    b = _rand((96, 40), "int8", gen)
+    c = torch.randint(-100, 100, (65, 40), generator=gen, dtype=torch.int32).cuda()
+    cmp = _check(matmul_call(a, b, c, alpha=3, beta=-2), "triton")
+    assert cmp.exact
+
+
+def test_cublas_baseline_matches_reference():
+    gen = torch.Generator().manual_seed(3)
+    for dtype, kw in DTYPES[:4] + [("float64", {}), ("int8", {})]:
+        a, b = _rand((256, 128), dtype, gen), _rand((128, 64), dtype, gen)
+        report = crosscheck_call(matmul_call(a, b, **kw), ("cublas",), time_it=False)
+        assert report.ok, str(report)
+
+
+def test_result_kinds_and_streams():
+    cupy = pytest.importorskip("cupy")
+    gen = torch.Generator().manual_seed(4)
+    a, b = _rand((70, 50), "float16", gen), _rand((50, 30), "float16", gen)
+    expected = (a.double() @ b.double())
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        d = mb.matmul(cupy.from_dlpack(a), cupy.from_dlpack(b), backend="triton")
+    stream.synchronize()
+    assert isinstance(d, cupy.ndarray)
+    assert torch.allclose(torch.from_dlpack(d).double(), expected, rtol=1e-2, atol=1e-2)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        d = mb.matmul(a, b, backend="triton")
+    s.synchronize()
+    assert isinstance(d, torch.Tensor) and torch.allclose(d.double(), expected, rtol=1e-2,
+                                                          atol=1e-2)
+    d = mb.matmul(a.cpu().numpy(), b.cpu().numpy())
+    assert type(d).__module__ == "numpy"
+
+
+def test_k_zero_gives_beta_c():
+    a = torch.empty((5, 0), dtype=torch.float16, device="cuda")
+    b = torch.empty((0, 7), dtype=torch.float16, device="cuda")
+    c = torch.ones((5, 7), dtype=torch.float16, device="cuda")
+    d = mb.matmul(a, b, c, beta=3.0)
+    assert torch.equal(d, torch.full_like(c, 3.0))
+
+
+def test_nan_inf_propagate():
+    a = torch.ones((32, 32), dtype=torch.float16, device="cuda")
+    b = torch.ones((32, 32), dtype=torch.float16, device="cuda")
+    a[3, 5] = float("nan")
+    a[7, 0] = float("inf")
+    d = mb.matmul(a, b, backend="triton")
+    assert torch.isnan(d[3]).all() and torch.isinf(d[7]).all()
+    assert torch.isfinite(d[0]).all()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("n", [1, 1000, 4097, (1 << 22) + 5])
+def test_triton_dot(dtype, n):
+    gen = torch.Generator().manual_seed(n)
+    x, y = _rand((n,), dtype, gen), _rand((n,), dtype, gen)
+    from multibackend.request import dot_call
+
+    call = dot_call(x, y)
+    poison(call.operands.d)
+    from multibackend.api import execute
+    from multibackend.dispatch import decide
+
+    execute(call, decide(call.problem, "triton"))
+    cmp = reference.compare(call.problem, call.operands.d, reference.reference_dot(x, y))
+    assert cmp.ok, cmp.detail
