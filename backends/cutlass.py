@@ -95,6 +95,7 @@ class CutlassBackend(Backend):
 
     def __init__(self) -> None:
         self._prepared: dict[tuple[Problem, str], _Prepared] = {}
+        self._last: tuple = (None, None, None)  # (problem, config, prepared) of the last run
 
     def available(self) -> Reason | None:
         try:
@@ -153,7 +154,12 @@ class CutlassBackend(Backend):
         return prepared
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
-        prepared = self._prepared.get((problem, config.name)) or self._prepare(problem, config)
+        last = self._last
+        if last[0] is problem and last[1] is config:
+            prepared = last[2]
+        else:
+            prepared = self._prepared.get((problem, config.name)) or self._prepare(problem, config)
+            self._last = (problem, config, prepared)
         alpha, beta = operands.alpha, operands.beta
         if prepared.integer and (alpha != int(alpha) or beta != int(beta)):
             raise InvalidArgument(f"alpha={alpha!r}, beta={beta!r}: a {problem.in_dtype} -> "
