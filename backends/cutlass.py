@@ -96,6 +96,7 @@ class CutlassBackend(Backend):
     def __init__(self) -> None:
         self._prepared: dict[tuple[Problem, str], _Prepared] = {}
         self._last: tuple = (None, None, None)  # (problem, config, prepared) of the last run
+        self._libraries: dict[cutlass_emit.Candidate, cutlass_build.Library] = {}
 
     def available(self) -> Reason | None:
         try:
@@ -143,9 +144,13 @@ class CutlassBackend(Backend):
         if found is not None:
             return found
         candidate = candidate_for(problem, config)
-        path = cutlass_build.build(cutlass_emit.emit(candidate), candidate.arch, candidate.name)
+        library = self._libraries.get(candidate)
+        if library is None:
+            path = cutlass_build.build(cutlass_emit.emit(candidate), candidate.arch,
+                                       candidate.name)
+            library = self._libraries[candidate] = cutlass_build.load(path)
         size = int(dtypes.get(problem.d_dtype).itemsize)
-        prepared = _Prepared(cutlass_build.load(path), cutlass_emit.kernel_args(problem),
+        prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
                              candidate.integer_epilogue,
                              candidate.operation.D.alignment * size)
         if candidate.is_3x and config.get("epilogue") == "tma":

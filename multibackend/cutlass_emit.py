@@ -54,9 +54,7 @@ _GEN_2X = {"f16": ("GenerateSM80_TensorOp_16816", "GenerateSM75_TensorOp_1688"),
            "ieee": ("GenerateSM80_Simt_f32",),
            "f64": ("GenerateSM90_TensorOp_1684", "GenerateSM80_TensorOp_884"),
            "s8": ("GenerateSM80_TensorOp_16832_TN",),
-           "u8": ("GenerateSM80_TensorOp_16832_TN",),
-           "e4m3": ("GenerateSM89_TensorOp_16832_fp8_fp32acc",),
-           "e5m2": ("GenerateSM89_TensorOp_16832_fp8_fp32acc",)}
+           "u8": ("GenerateSM80_TensorOp_16832_TN",)}
 
 #: 3.x kernel schedule -> our short name, in order of preference for large problems
 SCHEDULES_3X = {"TmaWarpSpecializedCooperative": "cooperative",
@@ -238,7 +236,7 @@ def _rank_3x(c: Candidate) -> tuple:
     tile, cluster = p["tile"], p["cluster"]
     area = tile[0] * tile[1]
     schedules = list(SCHEDULES_3X.values())
-    return (-min(area, 128 * 256), p["epilogue"] != "tma", schedules.index(p["schedule"]),
+    return (-min(area, 128 * 256), area, p["epilogue"] != "tma", schedules.index(p["schedule"]),
             {2: 0, 1: 1}.get(cluster[0] * cluster[1], 2), cluster[1] != 2, -tile[0], tile[2])
 
 

@@ -1,6 +1,10 @@
 """GPU tier of the CUTLASS backend: every (dtype, layout) the capability table accepts, on fresh
-ragged shapes, against the float64 reference; integer types exact with small-integer operands;
-outputs poisoned before every run so that an element the kernel skipped fails."""
+ragged shapes, against the float64 reference; integer and fp8 cases exact with small-integer
+operands; outputs poisoned before every run so that an element the kernel skipped fails.
+
+Every kernel the module needs is built first, all at once in parallel nvcc processes, so the
+tests themselves only load from the cache.
+"""
 from __future__ import annotations
 
 import pytest
@@ -10,29 +14,86 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 pytest.importorskip("cutlass_library")
 
-from multibackend import dtypes, reference  # noqa: E402
+from multibackend import cutlass_build, cutlass_emit, dtypes, reference  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Operands  # noqa: E402
-from multibackend.problem import Problem, make_operand  # noqa: E402
+from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
 BACKEND = backend_module.create()
 LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
-#: (dtype, output, accumulator, precision, K multiple the kernels need)
+#: (dtype, output, accumulator, precision, multiple of M and N, multiple of K): the multiples
+#: keep every leading dimension at the alignment the type's kernels need, while the sizes
+#: stay ragged against every tile shape
 TYPES = [
-    ("float16", "float16", "float32", None, 1), ("float16", "float32", "float32", None, 1),
-    ("float16", "float16", "float16", None, 1), ("bfloat16", "bfloat16", "float32", None, 2),
-    ("bfloat16", "float32", "float32", None, 2), ("float32", "float32", "float32", "tf32", 1),
-    ("float32", "float32", "float32", "tf32x3", 1), ("float32", "float32", "float32", "ieee", 1),
-    ("float64", "float64", "float64", None, 1), ("int8", "int32", "int32", None, 4),
-    ("uint8", "int32", "int32", None, 4), ("float8_e4m3fn", "float32", "float32", None, 4),
-    ("float8_e5m2", "float32", "float32", None, 4),
-    ("float8_e4m3fn", "bfloat16", "float32", None, 4),
+    ("float16", "float16", "float32", None, 8, 8),
+    ("float16", "float32", "float32", None, 8, 8),
+    ("float16", "float16", "float16", None, 8, 8),
+    ("bfloat16", "bfloat16", "float32", None, 8, 8),
+    ("bfloat16", "float32", "float32", None, 8, 8),
+    ("float32", "float32", "float32", "tf32", 4, 4),
+    ("float32", "float32", "float32", "tf32x3", 4, 4),
+    ("float32", "float32", "float32", "ieee", 1, 1),
+    ("float64", "float64", "float64", None, 1, 1),
+    ("int8", "int32", "int32", None, 1, 16),
+    ("uint8", "int32", "int32", None, 1, 16),
+    ("float8_e4m3fn", "float32", "float32", None, 1, 16),
+    ("float8_e5m2", "float32", "float32", None, 1, 16),
+    ("float8_e4m3fn", "bfloat16", "float32", None, 1, 16),
 ]
+#: fully ragged sizes for the types whose kernels take 1- or 2-element alignment
+ODD_TYPES = [
+    ("float16", "float16", "float32", None, 1, 1),
+    ("bfloat16", "bfloat16", "float32", None, 2, 2),
+    ("float32", "float32", "float32", "tf32", 1, 1),
+    ("float32", "float32", "float32", "tf32x3", 1, 1),
+]
+CANDIDATES_PER_DTYPE = 6
 
 
 def _cc() -> tuple[int, int]:
     return torch.cuda.get_device_capability()
+
+
+def _shapes(mn: int, kk: int) -> list[tuple[int, int, int, int, bool]]:
+    """(batch, M, N, K, with C) cases: one plain, one batched with C."""
+    return [(1, 17 * mn, 33 * mn, 25 * kk, False), (3, 9 * mn, 5 * mn, 7 * kk, True)]
+
+
+def _plan(types) -> list[tuple[tuple, tuple[str, str], Problem]]:
+    """Every (type, layout, problem) the tests below run, as numbers alone."""
+    found = []
+    for t in types:
+        dtype, out, acc, precision, mn, kk = t
+        for layouts in LAYOUTS:
+            for batch, m, n, k, with_c in _shapes(mn, kk):
+                problem = synthetic(m, n, k, dtype, batch=batch, a_layout=layouts[0],
+                                    b_layout=layouts[1], out_dtype=out, acc=acc,
+                                    precision=precision, has_c=with_c, cc=_cc())
+                found.append((t, layouts, problem))
+    return found
+
+
+def _candidate_problem(dtype: str) -> Problem:
+    return synthetic(200, 264, 136, dtype, cc=_cc())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built_kernels():
+    """Build every kernel this module runs, in parallel, before the first test."""
+    jobs = {}
+    for _, _, problem in _plan(TYPES) + _plan(ODD_TYPES):
+        if BACKEND.supports(problem) is None:
+            cand = backend_module.candidate_for(problem, BACKEND.default_config(problem))
+            jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
+    for dtype in ("float16", "bfloat16"):
+        problem = _candidate_problem(dtype)
+        for config in BACKEND.configs(problem)[:CANDIDATES_PER_DTYPE]:
+            cand = backend_module.candidate_for(problem, config)
+            jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
+    results = cutlass_build.build_many([(s, a, n) for (s, a), n in jobs.items()])
+    failed = [r for r in results if isinstance(r, Exception)]
+    assert not failed, f"{len(failed)} of {len(results)} kernels failed to build: {failed[0]}"
 
 
 def _matrix(dtype: str, batch: int, rows: int, cols: int, layout: str, gen, small_int: bool):
@@ -79,39 +140,50 @@ def _check(problem, a, b, c, d, alpha, beta):
     assert result.ok, f"{problem.describe()}: {result.detail}"
 
 
-@pytest.mark.parametrize("a_layout, b_layout", LAYOUTS)
-@pytest.mark.parametrize("dtype, out, acc, precision, kmul", TYPES)
-def test_accepted_types_and_layouts_on_ragged_shapes(dtype, out, acc, precision, kmul,
-                                                     a_layout, b_layout):
-    gen = torch.Generator().manual_seed(hash((dtype, out, a_layout, b_layout)) % 2**31)
-    integer = dtypes.get(out).is_integer
-    fp8 = dtypes.get(dtype).bits == 8 and not integer
-    shapes = [(1, 77, 45, 33 * kmul), (3, 130, 257, 72 * kmul // max(1, kmul) * kmul)]
-    ran = 0
-    for batch, m, n, k in shapes:
-        for alpha, beta in ((1, 0), (2, -1) if integer else (1.5, -0.5)):
-            a = _matrix(dtype, batch, m, k, a_layout, gen, integer or fp8)
-            b = _matrix(dtype, batch, k, n, b_layout, gen, integer or fp8)
-            c = _matrix(out, batch, m, n, "row", gen, integer or fp8) if beta else None
-            problem = _problem(a, b, c, out, acc, precision)
-            if BACKEND.supports(problem) is not None:
-                continue
-            d = _run(problem, a, b, c, alpha, beta)
-            _check(problem, a, b, c, d, alpha, beta)
-            ran += 1
-    if not ran:
-        pytest.skip(f"the capability table rejects {dtype}->{out} {a_layout}/{b_layout} here")
+def _run_type(t, layouts):
+    dtype, out, acc, precision, mn, kk = t
+    a_layout, b_layout = layouts
+    probe = synthetic(64, 64, 64, dtype, a_layout=a_layout, b_layout=b_layout, out_dtype=out,
+                      acc=acc, precision=precision, cc=_cc())
+    reason = BACKEND.supports(probe)
+    if reason is not None:
+        pytest.skip(f"rejected by the capability table: {reason}")
+    gen = torch.Generator().manual_seed(hash((t, layouts)) % 2**31)
+    exact_data = dtypes.get(out).is_integer or dtypes.get(dtype).bits == 8
+    for batch, m, n, k, with_c in _shapes(mn, kk):
+        alpha, beta = ((2, -1) if dtypes.get(out).is_integer else (1.5, -0.5)) if with_c \
+            else (1, 0)
+        a = _matrix(dtype, batch, m, k, a_layout, gen, exact_data)
+        b = _matrix(dtype, batch, k, n, b_layout, gen, exact_data)
+        c = _matrix(out, batch, m, n, "row", gen, exact_data) if with_c else None
+        problem = _problem(a, b, c, out, acc, precision)
+        assert BACKEND.supports(problem) is None, BACKEND.supports(problem)
+        d = _run(problem, a, b, c, alpha, beta)
+        _check(problem, a, b, c, d, alpha, beta)
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(s[0] for s in x))
+@pytest.mark.parametrize("t", TYPES, ids=lambda t: f"{t[0]}-{t[1]}-acc{t[2]}-{t[3]}")
+def test_accepted_types_and_layouts_on_ragged_shapes(t, layouts):
+    _run_type(t, layouts)
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(s[0] for s in x))
+@pytest.mark.parametrize("t", ODD_TYPES, ids=lambda t: f"{t[0]}-{t[3]}-align{t[4]}")
+def test_odd_sizes_take_the_small_alignment_kernels(t, layouts):
+    _run_type(t, layouts)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_every_candidate_is_correct_on_one_shape(dtype):
+def test_every_tuning_candidate_is_correct(dtype):
     gen = torch.Generator().manual_seed(7)
     a = _matrix(dtype, 1, 200, 136, "row", gen, False)
     b = _matrix(dtype, 1, 136, 264, "row", gen, False)
     problem = _problem(a, b, None, dtype, "float32", None)
-    configs = BACKEND.configs(problem)[:12]
-    built = backend_module.prepare_many(problem, configs)
-    assert built == configs
+    configs = BACKEND.configs(problem)[:CANDIDATES_PER_DTYPE]
+    assert [c.name for c in configs] == \
+        [c.name for c in BACKEND.configs(_candidate_problem(dtype))[:CANDIDATES_PER_DTYPE]]
+    assert backend_module.prepare_many(problem, configs) == configs
     for config in configs:
         d = _run(problem, a, b, None, 1.0, 0.0, config)
         _check(problem, a, b, None, d, 1.0, 0.0)
@@ -119,8 +191,8 @@ def test_every_candidate_is_correct_on_one_shape(dtype):
 
 def test_broadcast_batch_operand():
     gen = torch.Generator().manual_seed(3)
-    a = _matrix("float16", 1, 64, 128, "row", gen, False).expand(4, 64, 128)
-    b = _matrix("float16", 4, 128, 96, "row", gen, False)
+    a = _matrix("float16", 1, 136, 200, "row", gen, False).expand(3, 136, 200)
+    b = _matrix("float16", 3, 200, 264, "row", gen, False)
     problem = _problem(a, b, None, "float16", "float32", None)
     assert problem.a.batch_stride == 0
     d = _run(problem, a, b, None, 1.0, 0.0)
@@ -129,8 +201,8 @@ def test_broadcast_batch_operand():
 
 def test_fractional_alpha_is_refused_for_integer_kernels():
     gen = torch.Generator().manual_seed(5)
-    a = _matrix("int8", 1, 64, 64, "row", gen, True)
-    b = _matrix("int8", 1, 64, 64, "col", gen, True)
+    a = _matrix("int8", 1, 17, 400, "row", gen, True)
+    b = _matrix("int8", 1, 400, 33, "col", gen, True)
     problem = _problem(a, b, None, "int32", "int32", None)
     with pytest.raises(ValueError, match="alpha"):
         _run(problem, a, b, None, 0.5, 0)
@@ -138,14 +210,14 @@ def test_fractional_alpha_is_refused_for_integer_kernels():
 
 def test_launch_is_on_the_callers_stream():
     gen = torch.Generator().manual_seed(11)
-    a = _matrix("float16", 1, 512, 512, "row", gen, False)
-    b = _matrix("float16", 1, 512, 512, "row", gen, False)
+    a = _matrix("float16", 1, 136, 200, "row", gen, False)
+    b = _matrix("float16", 1, 200, 264, "row", gen, False)
     problem = _problem(a, b, None, "float16", "float32", None)
-    stream = torch.cuda.Stream()
-    d = poisoned((1, 512, 512), torch.float16, device="cuda")
     config = BACKEND.default_config(problem)
     BACKEND.prepare(problem, config)
+    d = poisoned((1, 136, 264), torch.float16, device="cuda")
     torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         BACKEND.run(problem, Operands(a, b, None, d, 1.0, 0.0, stream.cuda_stream), config)
     stream.synchronize()
