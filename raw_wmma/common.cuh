@@ -1,0 +1,131 @@
+// Pieces every raw WMMA kernel family shares: selecting one entry point per compile, the
+// padded shared-memory tile layout that keeps every WMMA pointer 256-bit aligned, the
+// element codes of C and D, and the alpha/beta epilogue with its guarded stores.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+
+namespace rw {
+
+// ---- one entry point per run-time compile --------------------------------------------
+// Compiled with -DRW_ONLY=<entry name>, every other entry point of the file keeps an empty
+// body, so a run-time compile builds only the kernel asked for. Without RW_ONLY (the nvcc
+// build of the CPU tests) every entry point is built.
+#define RW_STR2(x) #x
+#define RW_STR(x) RW_STR2(x)
+#ifdef RW_ONLY
+constexpr const char* kOnly = RW_STR(RW_ONLY);
+#else
+constexpr const char* kOnly = nullptr;
+#endif
+
+__host__ __device__ constexpr bool same_name(const char* a, const char* b) {
+    while (*a != '\0' && *a == *b) {
+        ++a;
+        ++b;
+    }
+    return *a == *b;
+}
+
+__host__ __device__ constexpr bool selected(const char* name) { return kOnly == nullptr || same_name(name, kOnly); }
+
+// std::conditional without <type_traits> (NVRTC has no host standard library).
+template <bool C, typename A, typename B>
+struct If {
+    using type = A;
+};
+template <typename A, typename B>
+struct If<false, A, B> {
+    using type = B;
+};
+
+// ---- element codes of C and D (kept in step with backends/raw_wmma.py) ---------------
+enum ElemCode : int { kF16 = 0, kBF16 = 1, kF32 = 2, kF64 = 3, kS32 = 4 };
+
+// ---- padded shared-memory tiles --------------------------------------------------------
+// A tile of R x C elements of T stored with C contiguous. C is cut into chunks of CH
+// elements (one WMMA fragment's extent along C); each chunk starts on a 32-byte boundary and
+// each row is one extra 32-byte slot longer than its chunks, so every fragment pointer is
+// 256-bit aligned and the leading dimension is a multiple of 16 bytes whatever the dtype.
+template <typename T, int R, int C, int CH>
+struct Tile {
+    static_assert(C % CH == 0, "a tile row holds whole fragment chunks");
+    static constexpr int kSlot = 32 / sizeof(T) > 0 ? 32 / sizeof(T) : 1;
+    static constexpr int kChunkPad = ((CH + kSlot - 1) / kSlot) * kSlot;
+    static constexpr int kLd = (C / CH) * kChunkPad + kSlot;
+    static constexpr int kElems = R * kLd;
+    static constexpr int kBytes = kElems * sizeof(T);
+
+    __device__ static int at(int r, int c) { return r * kLd + (c / CH) * kChunkPad + c % CH; }
+};
+
+// ---- reading and writing C / D by element code -----------------------------------------
+__device__ __forceinline__ double load_as_double(const void* p, long long i, int code) {
+    switch (code) {
+        case kF16: return __half2float(static_cast<const __half*>(p)[i]);
+        case kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+        case kF32: return static_cast<const float*>(p)[i];
+        case kF64: return static_cast<const double*>(p)[i];
+        default: return static_cast<const int*>(p)[i];
+    }
+}
+
+// Saturation (WMMA's satf): +-inf -> +-MAX_NORM of float16, NaN -> +0.
+__device__ __forceinline__ double saturate_f16(double v) {
+    if (v != v) return 0.0;
+    return fmin(fmax(v, -65504.0), 65504.0);
+}
+
+__device__ __forceinline__ void store_from_double(void* p, long long i, int code, double v, bool satf) {
+    switch (code) {
+        case kF16:
+            static_cast<__half*>(p)[i] = __double2half(satf ? saturate_f16(v) : v);
+            break;
+        case kBF16: static_cast<__nv_bfloat16*>(p)[i] = __double2bfloat16(v); break;
+        case kF32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+        case kF64: static_cast<double*>(p)[i] = v; break;
+        default: static_cast<int*>(p)[i] = static_cast<int>(static_cast<long long>(v)); break;
+    }
+}
+
+// Everything a GEMM kernel needs to know about C, D and the scalars.
+struct Epilogue {
+    const void* c;      // may be null (no C term)
+    void* d;            // row-major contiguous (batch, M, N)
+    long long scm, scn; // C strides (elements)
+    long long sbc;      // C batch stride (0 when broadcast)
+    double alpha, beta;
+    int c_code, d_code;
+    int satf;
+};
+
+__device__ __forceinline__ double to_double(float v) { return v; }
+__device__ __forceinline__ double to_double(double v) { return v; }
+__device__ __forceinline__ double to_double(__half v) { return __half2float(v); }
+
+// One output element D[b, m, n] = alpha * acc + beta * C[b, m, n] (floating accumulators).
+template <typename Acc>
+__device__ __forceinline__ void write_element(const Epilogue& e, int b, int m, int n, int N, int M,
+                                     Acc acc) {
+    double v = e.alpha * to_double(acc);
+    if (e.c != nullptr && e.beta != 0.0) {
+        v += e.beta * load_as_double(e.c, b * e.sbc + m * e.scm + n * e.scn, e.c_code);
+    }
+    store_from_double(e.d, (static_cast<long long>(b) * M + m) * N + n, e.d_code, v, e.satf);
+}
+
+// The integer form: exact 64-bit arithmetic, alpha and beta taken as integers.
+template <>
+__device__ __forceinline__ void write_element<int>(const Epilogue& e, int b, int m, int n, int N, int M,
+                                          int acc) {
+    long long v = static_cast<long long>(e.alpha) * acc;
+    if (e.c != nullptr && e.beta != 0.0) {
+        const int* c = static_cast<const int*>(e.c);
+        v += static_cast<long long>(e.beta) * c[b * e.sbc + m * e.scm + n * e.scn];
+    }
+    static_cast<int*>(e.d)[(static_cast<long long>(b) * M + m) * N + n] = static_cast<int>(v);
+}
+
+}  // namespace rw
