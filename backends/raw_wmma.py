@@ -1,0 +1,435 @@
+"""The raw WMMA backend: CUDA C++ of our own against ``nvcuda::wmma`` (``raw_wmma/*.cu``),
+compiled at run time by :mod:`multibackend.nvrtc` and launched through CuPy.
+
+Kernel families (one templated body each, one ``extern "C"`` entry point per instance):
+
+- ``wmma_fast.cu``: the fast f16/bf16 GEMM (f32 accumulation): cp.async multi-stage pipeline,
+  several fragments per warp, padded shared tiles, vectorized epilogue. Configs ``fast_*``.
+  It needs 16-byte aligned operand rows; other problems take the generic kernel.
+- ``wmma_generic.cu``: every byte-or-wider fragment type of the CUDA guide (f16 with f32 or f16
+  accumulation, bf16, tf32, f64, s8, u8) in every shape, A and B row- or column-major (strided
+  operands too), any alignment: tiles are staged element by element through aligned shared
+  memory. Configs ``wmma_<m>x<n>x<k>``.
+- ``wmma_subbyte.cu``: s4 / u4 (8x8x32) and b1 XOR / AND (8x8x128) on operands packed along K
+  (see :mod:`multibackend.packing`).
+- ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
+
+Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
+cubin cached on disk; ``prepare`` does it ahead of a timed run.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from multibackend import nvrtc
+from multibackend.backends.base import Backend, Config, Operands
+from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.errors import InvalidArgument
+from multibackend.problem import Operand, Problem
+from multibackend.raw_wmma import source_path
+
+#: element codes of C and D, as raw_wmma/common.cuh numbers them
+ELEM_CODES = {"float16": 0, "bfloat16": 1, "float32": 2, "float64": 3, "int32": 4}
+MIN_CC = (8, 0)
+GENERIC_THREADS = 128
+DOT_THREADS = 256
+DOT_UNROLL = 4
+MAX_GRID_Y = 65535
+
+#: fast-kernel tiles: name -> (BM, BN, warps along M, warps along N, stages); default first
+FAST_TILES = {
+    "fast_128x256x32_s3": (128, 256, 2, 4, 3),
+    "fast_128x128x32_s4": (128, 128, 2, 4, 4),
+    "fast_128x128x32_s3": (128, 128, 2, 4, 3),
+    "fast_256x128x32_s3": (256, 128, 4, 2, 3),
+}
+FAST_BK = 32
+FAST_PAD = 8
+
+#: generic fragment shapes per input dtype, the first the default
+FRAGS = {
+    "float16": ("16x16x16", "32x8x16", "8x32x16"),
+    "bfloat16": ("16x16x16", "32x8x16", "8x32x16"),
+    "int8": ("16x16x16", "32x8x16", "8x32x16"),
+    "uint8": ("16x16x16", "32x8x16", "8x32x16"),
+    "float32": ("16x16x8",),
+    "float64": ("8x8x4",),
+    "int4": ("8x8x32",),
+    "uint4": ("8x8x32",),
+    "bit": ("8x8x128",),
+}
+#: (fragments per warp along M, along N) of the generic kernel for each shape
+WARP_FRAGS = {"16x16x16": (2, 2), "32x8x16": (1, 4), "8x32x16": (4, 1), "16x16x8": (2, 2),
+              "8x8x4": (2, 2)}
+SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "float64": "f64",
+         "int8": "s8", "uint8": "u8", "int4": "s4", "uint4": "u4"}
+BLOCKS_PER_SM = {"dot_8bps": 8, "dot_4bps": 4}
+
+_SATF_NOTE = ("saturate=True applies WMMA's satf in the epilogue (the f16 mma_sync of CUDA 13 "
+              "takes no satf flag): +-inf -> +-65504, NaN -> +0")
+
+
+def _saturate_rule(problem: Problem) -> tuple[str, str] | None:
+    if problem.saturate and (problem.in_dtype != "float16" or problem.d_dtype != "float16"):
+        return ("saturate", f"saturate=True (satf) is offered for float16 inputs with a "
+                            f"float16 output, not {problem.in_dtype} -> {problem.d_dtype}")
+    return None
+
+
+def _grid_rule(problem: Problem) -> tuple[str, str] | None:
+    if problem.op != "matmul":
+        return None
+    tiles = -(-problem.m // 32) * -(-problem.n // 32)
+    if tiles > 2**31 - 1:
+        return ("size", f"M={problem.m} x N={problem.n} needs {tiles} blocks of 32 x 32: more "
+                        "than a grid holds (2**31 - 1)")
+    return None
+
+
+def _capability() -> Capability:
+    i32 = ("int32",)
+    rules = (
+        DtypeRule("float16", accs=("float32", "float16"), outs=("float16", "float32"),
+                  min_cc=MIN_CC),
+        DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16", "float32"), min_cc=MIN_CC),
+        DtypeRule("float32", accs=("float32",), outs=("float32",), min_cc=MIN_CC,
+                  precisions=("tf32",),
+                  note="float32 operands are rounded to tf32 (__float_to_tf32) in the WMMA "
+                       "fragments"),
+        DtypeRule("float64", accs=("float64",), outs=("float64",), min_cc=MIN_CC),
+        DtypeRule("int8", accs=i32, outs=i32, min_cc=MIN_CC),
+        DtypeRule("uint8", accs=i32, outs=i32, min_cc=MIN_CC),
+        DtypeRule("int4", accs=i32, outs=i32, min_cc=MIN_CC,
+                  note="s4 WMMA is emulated on sm_90 (a called IMMA.8816 routine): correct, "
+                       "not fast", note_cc=((9, 0),)),
+        DtypeRule("uint4", accs=i32, outs=i32, min_cc=MIN_CC,
+                  note="u4 WMMA is emulated on sm_90 (a called IMMA.8816 routine): correct, "
+                       "not fast", note_cc=((9, 0),)),
+        DtypeRule("bit", accs=i32, outs=i32, min_cc=MIN_CC),
+        DtypeRule("float16", accs=("float32", "float16"), outs=("float32", "float16"),
+                  min_cc=MIN_CC, ops=("dot",)),
+        DtypeRule("bfloat16", accs=("float32",), outs=("float32",), min_cc=MIN_CC, ops=("dot",)),
+        DtypeRule("float32", accs=("float32",), outs=("float32",), min_cc=MIN_CC, ops=("dot",)),
+        DtypeRule("float64", accs=("float64",), outs=("float64",), min_cc=MIN_CC, ops=("dot",)),
+    )
+    return Capability("raw_wmma", rules, batched=True, saturate=True,
+                      extra_checks=(_saturate_rule, _grid_rule))
+
+
+# ---- kernel choice (pure: from the Problem and Config alone) -----------------------------
+
+def _rows_aligned(op: Operand, outer: int, elem_bytes: int) -> bool:
+    """Whether every row (along the contiguous direction) of ``op`` starts 16-byte aligned."""
+    if op.align < 16:
+        return False
+    if outer > 1 and (op.ld * elem_bytes) % 16:
+        return False
+    return (op.batch_stride * elem_bytes) % 16 == 0
+
+
+def fast_eligible(problem: Problem) -> str | None:
+    """None when the fast f16/bf16 kernel can run ``problem``, else why not (in words)."""
+    if problem.op != "matmul" or problem.in_dtype not in ("float16", "bfloat16"):
+        return "the fast kernel is for float16 / bfloat16 matmul"
+    if problem.acc != "float32":
+        return "the fast kernel accumulates in float32"
+    if problem.saturate:
+        return "the fast kernel does not saturate"
+    if problem.d_dtype not in (problem.in_dtype, "float32"):
+        return f"the fast kernel writes {problem.in_dtype} or float32"
+    if problem.cc is not None and problem.cc < MIN_CC:
+        return "cp.async needs sm_80+"
+    for name, op, outer in (("A", problem.a, problem.m if problem.a.layout == "row" else problem.k),
+                            ("B", problem.b, problem.k if problem.b.layout == "row" else problem.n)):
+        if op.layout not in ("row", "col"):
+            return f"{name} is {op.layout}: the fast kernel takes row- or column-major operands"
+        if not _rows_aligned(op, outer, 2):
+            return (f"{name}'s rows are not all 16-byte aligned (ld={op.ld}, batch stride="
+                    f"{op.batch_stride}, pointer alignment {op.align} bytes)")
+    return None
+
+
+def _lay(op: Operand) -> str:
+    return "c" if op.layout == "col" else "r"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One entry point: its source file, name, block size and dynamic shared memory."""
+
+    source: str
+    name: str
+    threads: int
+    smem: int = 0
+    tile: tuple[int, int] = (0, 0)
+
+
+def fast_smem_bytes(bm: int, bn: int, stages: int, a_row: bool, b_row: bool) -> int:
+    """Dynamic shared memory of a fast-kernel instance (FastGemm::kSmemBytes)."""
+    lda = (FAST_BK if a_row else bm) + FAST_PAD
+    ldb = (bn if b_row else FAST_BK) + FAST_PAD
+    stage_a = (bm if a_row else FAST_BK) * lda
+    stage_b = (FAST_BK if b_row else bn) * ldb
+    return stages * (stage_a + stage_b) * 2
+
+
+def kernel_for(problem: Problem, config: Config) -> Kernel:
+    """The entry point that runs ``problem`` under ``config``; raises naming the rule when the
+    config does not apply to the problem."""
+    if problem.op == "dot":
+        if config.name not in BLOCKS_PER_SM:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r}: dot configs are "
+                                  f"{', '.join(BLOCKS_PER_SM)}")
+        return Kernel("dot.cu", "", DOT_THREADS)
+    lay = _lay(problem.a) + _lay(problem.b)
+    dtype = problem.in_dtype
+    if config.name in FAST_TILES:
+        why = fast_eligible(problem)
+        if why:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        bm, bn, wm, wn, stages = FAST_TILES[config.name]
+        short = SHORT[dtype]
+        return Kernel("wmma_fast.cu", f"rw_fast_{short}_{bm}x{bn}x32_s{stages}_{lay}",
+                      wm * wn * 32,
+                      fast_smem_bytes(bm, bn, stages, lay[0] == "r", lay[1] == "r"), (bm, bn))
+    frag = config.name.removeprefix("wmma_")
+    if not config.name.startswith("wmma_") or frag not in FRAGS.get(dtype, ()):
+        raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {dtype} takes "
+                              f"{', '.join('wmma_' + f for f in FRAGS.get(dtype, ()))}"
+                              f"{' or fast_*' if not fast_eligible(problem) else ''}")
+    if problem.packed:
+        kind = (f"b1{problem.bitop}" if problem.packed == "bit" else SHORT[dtype])
+        return Kernel("wmma_subbyte.cu", f"rw_gemm_{kind}_s32_{frag}", GENERIC_THREADS, 0,
+                      generic_tile(frag))
+    acc = {"float32": "f32", "float16": "f16", "float64": "f64", "int32": "s32"}[problem.acc]
+    return Kernel("wmma_generic.cu", f"rw_gemm_{SHORT[dtype]}_{acc}_{frag}_{lay}",
+                  GENERIC_THREADS, 0, generic_tile(frag))
+
+
+def generic_tile(frag: str) -> tuple[int, int]:
+    """(BM, BN) of the generic or sub-byte kernel for a fragment shape: 2 x 2 warps, each
+    owning WARP_FRAGS fragments (sub-byte: 4 x 4 fragments of 8 x 8)."""
+    fm, fn, _ = (int(x) for x in frag.split("x"))
+    wfm, wfn = WARP_FRAGS.get(frag, (4, 4))
+    return 2 * wfm * fm, 2 * wfn * fn
+
+
+def dot_kernel_name(problem: Problem, vec: bool) -> str:
+    """The pass-1 dot entry point for ``problem`` (contiguous 16-byte aligned or strided)."""
+    short = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
+    name = f"rw_dot_{short[problem.in_dtype]}_{'vec' if vec else 'strided'}"
+    if vec and problem.in_dtype == "float16" and problem.acc == "float16":
+        name += "_hfma2"
+    return name
+
+
+# ---- the backend ------------------------------------------------------------------------
+
+class RawWmmaBackend(Backend):
+    name = "raw_wmma"
+
+    def __init__(self) -> None:
+        self._capability = _capability()
+        self._functions: dict[tuple[int, str], Any] = {}
+        self._scratch: dict[tuple[int, int, str], Any] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def capability(self) -> Capability:
+        return self._capability
+
+    def available(self) -> Reason | None:
+        try:
+            import cupy  # noqa: F401
+            import torch
+        except Exception as exc:  # noqa: BLE001 - recorded, never raised
+            return self.unavailable("import", f"cupy/torch not importable: {exc}")
+        try:
+            if not torch.cuda.is_available():
+                return self.unavailable("environment", "no CUDA GPU visible")
+            nvrtc.compiler_version()
+            nvrtc.include_dir()
+        except Exception as exc:  # noqa: BLE001
+            return self.unavailable("environment", str(exc))
+        return None
+
+    def versions(self) -> dict[str, str]:
+        import cupy
+
+        return {"compiler": nvrtc.compiler_version(), "cupy": cupy.__version__}
+
+    def note(self, problem: Problem) -> str | None:
+        notes = [self.capability.note(problem)]
+        if problem.op == "matmul":
+            if problem.packed:
+                if problem.a.layout != "row":
+                    notes.append(f"A is {problem.a.layout}-major but sub-byte WMMA takes A "
+                                 "row-major: it is transposed while staged into shared memory")
+                if problem.b.layout != "col":
+                    notes.append(f"B is {problem.b.layout}-major but sub-byte WMMA takes B "
+                                 "column-major: it is transposed while staged into shared memory")
+                if problem.bitop == "xor" and problem.cc == (9, 0):
+                    notes.append("b1 XOR has no tensor-core instruction on sm_90: bmma_sync "
+                                 "XOR is emulated from AND (correct, not fast)")
+            if problem.saturate:
+                notes.append(_SATF_NOTE)
+            for name, op in (("A", problem.a), ("B", problem.b)):
+                if op.layout == "strided":
+                    notes.append(f"{name} is strided: staged element by element into shared "
+                                 "memory")
+            if (problem.in_dtype in ("float16", "bfloat16") and problem.acc == "float32"
+                    and not problem.saturate):
+                why = fast_eligible(problem)
+                if why:
+                    notes.append(f"generic kernel ({why}): operands staged element by element "
+                                 "through aligned shared memory")
+        return "; ".join(n for n in notes if n) or None
+
+    def configs(self, problem: Problem) -> list[Config]:
+        if problem.op == "dot":
+            return [Config.of(name, THREADS=DOT_THREADS, BLOCKS_PER_SM=bps)
+                    for name, bps in BLOCKS_PER_SM.items()]
+        out = []
+        if fast_eligible(problem) is None:
+            for name, (bm, bn, wm, wn, stages) in FAST_TILES.items():
+                out.append(Config.of(name, BM=bm, BN=bn, BK=FAST_BK, STAGES=stages,
+                                     WARPS=wm * wn, FRAG="16x16x16"))
+        for frag in FRAGS.get(problem.in_dtype, ()):
+            bm, bn = generic_tile(frag)
+            out.append(Config.of(f"wmma_{frag}", FRAG=frag, BM=bm, BN=bn, STAGES=1, WARPS=4))
+        return out
+
+    # -- compile and load --
+
+    @staticmethod
+    def _device_index(problem: Problem) -> int:
+        _, _, index = problem.device.partition(":")
+        return int(index or 0)
+
+    @staticmethod
+    def _arch(problem: Problem, device: int) -> str:
+        cc = problem.cc
+        if cc is None:
+            import torch
+
+            cc = torch.cuda.get_device_capability(device)
+        return f"sm_{cc[0]}{cc[1]}"
+
+    def _function(self, problem: Problem, source: str, name: str, smem: int = 0):
+        device = self._device_index(problem)
+        key = (device, name)
+        with self._lock:
+            fn = self._functions.get(key)
+            if fn is None:
+                import cupy
+
+                compiled = nvrtc.compile_cubin(source_path(source), name,
+                                               self._arch(problem, device), [f"RW_ONLY={name}"])
+                with cupy.cuda.Device(device):
+                    fn = cupy.RawModule(path=str(compiled.path)).get_function(name)
+                    if smem > 48 * 1024:
+                        fn.max_dynamic_shared_size_bytes = smem
+                self._functions[key] = fn
+        return fn
+
+    def prepare(self, problem: Problem, config: Config) -> None:
+        kernel = kernel_for(problem, config)
+        if problem.op == "dot":
+            final = "rw_dot_final_f64" if problem.in_dtype in ("float32", "float64") else \
+                "rw_dot_final_f32"
+            for vec in (True, False):
+                self._function(problem, kernel.source, dot_kernel_name(problem, vec))
+            self._function(problem, kernel.source, final)
+        else:
+            self._function(problem, kernel.source, kernel.name, kernel.smem)
+
+    # -- launch --
+
+    def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        import cupy
+
+        kernel = kernel_for(problem, config)
+        device = self._device_index(problem)
+        with cupy.cuda.Device(device):
+            stream = cupy.cuda.ExternalStream(operands.stream, device)
+            if problem.op == "dot":
+                self._run_dot(problem, operands, config, kernel, stream, device)
+            else:
+                self._run_gemm(problem, operands, kernel, stream)
+
+    def _run_gemm(self, problem: Problem, ops: Operands, kernel: Kernel, stream) -> None:
+        import numpy as np
+
+        fn = self._function(problem, kernel.source, kernel.name, kernel.smem)
+        a, b, d = ops.a, ops.b, ops.d
+        m, n, batch = problem.m, problem.n, problem.batch
+        c = ops.c if (ops.c is not None and problem.has_c and ops.beta != 0) else None
+        c_ptr = np.uint64(c.data_ptr() if c is not None else 0)
+        c_strides = (c.stride(1), c.stride(2), c.stride(0)) if c is not None else (0, 0, 0)
+        c_code = ELEM_CODES[problem.d_dtype]
+        d_code = ELEM_CODES[problem.d_dtype]
+        bm, bn = kernel.tile
+        grid = ((-(-m // bm)) * (-(-n // bn)), min(batch, MAX_GRID_Y), 1)
+        i64, i32, f64 = np.int64, np.int32, np.float64
+        common_tail = (i64(c_strides[0]), i64(c_strides[1]), i64(a.stride(0)), i64(b.stride(0)),
+                       i64(c_strides[2]), i32(batch), f64(ops.alpha), f64(ops.beta),
+                       i32(c_code), i32(d_code))
+        head = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), c_ptr,
+                np.uint64(d.data_ptr()), i32(m), i32(n))
+        if kernel.source == "wmma_fast.cu":
+            lda = a.stride(1) if problem.a.layout == "row" else a.stride(2)
+            ldb = b.stride(1) if problem.b.layout == "row" else b.stride(2)
+            vec_ok = int(problem.d_dtype == problem.in_dtype and n % 8 == 0
+                         and d.data_ptr() % 16 == 0)
+            args = head + (i32(problem.k), i64(lda), i64(ldb)) + common_tail + (i32(vec_ok),)
+        else:
+            k = a.shape[2] if kernel.source == "wmma_subbyte.cu" else problem.k
+            args = head + (i32(k), i64(a.stride(1)), i64(a.stride(2)), i64(b.stride(1)),
+                           i64(b.stride(2))) + common_tail + (i32(int(problem.saturate)),)
+        fn(grid, (kernel.threads, 1, 1), args, shared_mem=kernel.smem, stream=stream)
+
+    def _run_dot(self, problem: Problem, ops: Operands, config: Config, kernel: Kernel,
+                 stream, device: int) -> None:
+        import numpy as np
+        import torch
+
+        x, y = ops.a, ops.b
+        n = problem.k
+        wide = problem.in_dtype in ("float32", "float64")
+        vec = (x.stride(0) == 1 and y.stride(0) == 1 and x.data_ptr() % 16 == 0
+               and y.data_ptr() % 16 == 0)
+        per_step = 16 // x.element_size() if vec else 1
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        wanted = -(-n // (DOT_THREADS * per_step * DOT_UNROLL))
+        blocks = max(1, min(BLOCKS_PER_SM[config.name] * sms, wanted))
+        partial = self._partials(device, ops.stream, sms, torch.float64 if wide else torch.float32)
+        first = self._function(problem, kernel.source, dot_kernel_name(problem, vec))
+        final = self._function(problem, kernel.source,
+                               "rw_dot_final_f64" if wide else "rw_dot_final_f32")
+        i64 = np.int64
+        first((blocks, 1, 1), (DOT_THREADS, 1, 1),
+              (np.uint64(x.data_ptr()), i64(x.stride(0)), np.uint64(y.data_ptr()),
+               i64(y.stride(0)), i64(n), np.uint64(partial.data_ptr())), stream=stream)
+        final((1, 1, 1), (DOT_THREADS, 1, 1),
+              (np.uint64(partial.data_ptr()), np.int32(blocks), np.uint64(ops.d.data_ptr()),
+               np.int32(ELEM_CODES[problem.d_dtype])), stream=stream)
+
+    def _partials(self, device: int, stream: int, sms: int, dtype):
+        """A per-(device, stream) buffer for the block partials, kept for the backend's life
+        (so no allocator can hand it to other work while a kernel on ``stream`` reads it)."""
+        import torch
+
+        size = max(BLOCKS_PER_SM.values()) * sms
+        key = (device, stream, str(dtype))
+        with self._lock:
+            buf = self._scratch.get(key)
+            if buf is None:
+                buf = torch.empty(size, dtype=dtype, device=f"cuda:{device}")
+                self._scratch[key] = buf
+        return buf
+
+
+def create() -> Backend:
+    return RawWmmaBackend()
