@@ -9,14 +9,14 @@ into a fresh cache unless ``--cache-dir`` is given); the time a second Python pr
 load the default kernel from that cache (it must compile nothing); calls per second of a 64^3
 f16 GEMM through the backend beside cupy.matmul and torch.matmul; and TFLOP/s at each size
 for f16 and bf16, the default candidate and the best, with the ratio to cuBLAS (torch.matmul),
-timed with CUDA events on random non-zero data, median of many runs after warm-up.
+timed by multibackend.timing (CUDA events, warm-up, L2 flushed, median of many runs) on random
+non-zero data.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -80,43 +80,13 @@ def pick_configs(backend, problem, count: int):
     return chosen
 
 
-def event_time_ms(fn, runs: int, torch) -> float:
-    """Median milliseconds of ``fn`` on the current stream, CUDA events, after warm-up."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def calls_per_second(fn, torch, seconds: float = 1.0) -> float:
-    for _ in range(100):
-        fn()
-    torch.cuda.synchronize()
-    n, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(200):
-            fn()
-        n += 200
-    torch.cuda.synchronize()
-    return n / (time.perf_counter() - t0)
-
-
 def main() -> int:
     args = parse()
-    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="mb-cutlass-bench-")
-    os.environ["MULTIBACKEND_CACHE_DIR"] = cache_dir
     sys.path.insert(0, str(ROOT))
     import torch
 
     from multibackend import cutlass_build, cutlass_emit
+    from multibackend.timing import host_calls_per_second, time_gpu
     from multibackend.backends import cutlass
     from multibackend.backends.base import Operands
     from multibackend.problem import synthetic
@@ -130,6 +100,8 @@ def main() -> int:
     if reason is not None:
         print(f"CUTLASS backend unavailable: {reason}")
         return 1
+    cache_dir = args.cache_dir or tempfile.mkdtemp(prefix="mb-cutlass-bench-")
+    os.environ["MULTIBACKEND_CACHE_DIR"] = cache_dir
     cc = torch.cuda.get_device_capability()
     results: dict = {"device": torch.cuda.get_device_name(), "versions": backend.versions(),
                      "cache_dir": cache_dir}
@@ -184,11 +156,12 @@ def main() -> int:
     config = backend.default_config(small)
     backend.prepare(small, config)
     ops = Operands(a, b, None, d, 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
-    rates = {"cutlass": calls_per_second(lambda: backend.run(small, ops, config), torch),
-             "torch.matmul": calls_per_second(lambda: torch.matmul(a, b, out=d), torch)}
+    sync = torch.cuda.synchronize
+    rates = {"cutlass": host_calls_per_second(lambda: backend.run(small, ops, config), sync=sync),
+             "torch.matmul": host_calls_per_second(lambda: torch.matmul(a, b, out=d), sync=sync)}
     if cupy is not None:
         ca, cb = cupy.from_dlpack(a[0]), cupy.from_dlpack(b[0])
-        rates["cupy.matmul"] = calls_per_second(lambda: cupy.matmul(ca, cb), torch)
+        rates["cupy.matmul"] = host_calls_per_second(lambda: cupy.matmul(ca, cb), sync=sync)
     results["calls_per_s_64"] = rates
     print("\n64^3 f16 calls per second (host time per call):")
     for name, rate in rates.items():
@@ -206,7 +179,7 @@ def main() -> int:
             b = (torch.randn((1, size, size), device="cuda", generator=gen) * 0.5).to(tdtype)
             d = torch.empty((1, size, size), device="cuda", dtype=tdtype)
             flops = 2.0 * size ** 3
-            cublas_ms = event_time_ms(lambda: torch.matmul(a, b, out=d), args.runs, torch)
+            cublas_ms = time_gpu(lambda: torch.matmul(a, b, out=d), reps=args.runs).median_ms
             ref = torch.matmul(a, b).float()
             problem = synthetic(size, size, size, dtype, cc=cc)
             ops = Operands(a, b, None, d, 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
@@ -221,8 +194,8 @@ def main() -> int:
                     if not err < 1e-2:
                         print(f"  {config.name}: wrong result (relative error {err:.3g})")
                         continue
-                    timings[config.name] = event_time_ms(
-                        lambda: backend.run(problem, ops, config), args.runs, torch)
+                    timings[config.name] = time_gpu(
+                        lambda: backend.run(problem, ops, config), reps=args.runs).median_ms
                 except Exception as exc:  # report and go on with the other candidates
                     print(f"  {config.name}: {type(exc).__name__}: {str(exc)[:300]}")
             if not timings:

@@ -384,7 +384,8 @@ cutlass::Status mb_run(MbGemm::Arguments const& args, cudaStream_t stream) {
     if (mb_last_error != cudaSuccess) return cutlass::Status::kErrorMemoryAllocation;
   }
   MbGemm gemm;
-  status = gemm.run(args, workspace, stream);
+  status = gemm.initialize(args, workspace, stream);
+  if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
   if (status != cutlass::Status::kSuccess) mb_last_error = cudaGetLastError();
   if (workspace != nullptr) cudaFreeAsync(workspace, stream);
   return status;
