@@ -1,0 +1,87 @@
+"""The named shape suites, defined once for the tuner, the benchmarks and the report.
+
+Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
+
+- ``square``: M = N = K from 256 to 16384.
+- ``llm``: the projections of Llama-2/3-style models: M (tokens in flight) in
+  {1, 16, 128, 2048, 8192} times the (N, K) of the attention q/k/v/o and MLP gate/up/down
+  weights of 7B (Llama-2), 8B (Llama-3, grouped-query attention), 13B and 70B models.
+- ``odd``: sizes no tile divides: 1000^3, 4097x4095x4096, 333x777x999.
+- ``skinny``: one dimension tiny, the others large (GEMV-like and tall-thin products).
+- ``batched``: many small and medium products in one call.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .errors import InvalidArgument
+
+
+class Shape(NamedTuple):
+    """One matmul size: ``batch`` products of (M x K) @ (K x N)."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+    @property
+    def label(self) -> str:
+        size = f"{self.m}x{self.n}x{self.k}"
+        return f"{self.batch}x[{size}]" if self.batch > 1 else size
+
+
+#: (N, K) of each model's projection weights: hidden size h, MLP width f, grouped-query k/v
+#: width g. q and o are (h, h); k and v (g, h); gate and up (f, h); down (h, f).
+LLM_PROJECTIONS = {
+    "llama2-7b": {"qkvo": (4096, 4096), "gate_up": (11008, 4096), "down": (4096, 11008)},
+    "llama3-8b": {"qo": (4096, 4096), "kv": (1024, 4096), "gate_up": (14336, 4096),
+                  "down": (4096, 14336)},
+    "llama2-13b": {"qkvo": (5120, 5120), "gate_up": (13824, 5120), "down": (5120, 13824)},
+    "llama-70b": {"qo": (8192, 8192), "kv": (1024, 8192), "gate_up": (28672, 8192),
+                  "down": (8192, 28672)},
+}
+LLM_TOKENS = (1, 16, 128, 2048, 8192)
+
+
+def _llm() -> tuple[Shape, ...]:
+    pairs = list(dict.fromkeys(nk for model in LLM_PROJECTIONS.values()
+                               for nk in model.values()))
+    return tuple(Shape(1, m, n, k) for m in LLM_TOKENS for n, k in pairs)
+
+
+SUITES: dict[str, tuple[Shape, ...]] = {
+    "square": tuple(Shape(1, s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 16384)),
+    "llm": _llm(),
+    "odd": (Shape(1, 1000, 1000, 1000), Shape(1, 4097, 4095, 4096), Shape(1, 333, 777, 999)),
+    "skinny": (Shape(1, 1, 8192, 8192), Shape(1, 8192, 1, 8192), Shape(1, 8, 16384, 4096),
+               Shape(1, 16384, 8, 4096), Shape(1, 8192, 8192, 16), Shape(1, 65536, 128, 128)),
+    "batched": (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 2048, 2048, 2048),
+                Shape(128, 64, 64, 256)),
+}
+
+
+def suite(name: str) -> tuple[Shape, ...]:
+    """The shapes of suite ``name``."""
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise InvalidArgument(f"suite is {name!r}: not a suite name "
+                              f"(known: {', '.join(SUITES)})") from None
+
+
+def parse_shape(text: str) -> Shape:
+    """``"MxNxK"`` or ``"BxMxNxK"`` as a Shape (every dimension a positive integer)."""
+    parts = text.lower().split("x")
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        dims = []
+    if len(dims) not in (3, 4) or min(dims) < 1:
+        raise InvalidArgument(f"shape is {text!r}: expected MxNxK or BxMxNxK with positive "
+                              "integers")
+    return Shape(*([1] * (4 - len(dims)) + dims))
