@@ -103,16 +103,15 @@ class CublasBackend(Backend):
         if problem.op == "dot":
             self._dot(operands)
             return
-        product = self._product(problem, operands)
         d = operands.d
+        self._product(problem, operands, d)
         if operands.alpha != 1:
-            product = product * operands.alpha
+            d.mul_(operands.alpha)
         if problem.has_c:
-            product = product + operands.beta * operands.c
-        d.copy_(product)
+            d.add_(operands.c, alpha=operands.beta)
 
-    def _product(self, problem: Problem, ops: Operands):
-        """A @ B (batched) in D's dtype, as a torch tensor."""
+    def _product(self, problem: Problem, ops: Operands, d) -> None:
+        """Write A @ B (batched) into D."""
         import torch
 
         dtype = problem.in_dtype
@@ -121,17 +120,17 @@ class CublasBackend(Backend):
 
             with cupy.cuda.ExternalStream(ops.stream):
                 a, b = cupy.from_dlpack(ops.a), cupy.from_dlpack(ops.b)
-                out = cupy.matmul(a, b)
-            return torch.from_dlpack(out)
-        if dtype == "int8":
-            return torch.stack([torch._int_mm(ops.a[i], ops.b[i]) for i in range(problem.batch)])
-        if dtype.startswith("float8"):
+                cupy.matmul(a, b, out=cupy.from_dlpack(d))
+        elif dtype == "int8":
+            for i in range(problem.batch):
+                torch._int_mm(ops.a[i], ops.b[i], out=d[i])
+        elif dtype.startswith("float8"):
             one = torch.ones((), dtype=torch.float32, device=ops.a.device)
-            out_dtype = getattr(torch, problem.d_dtype)
-            return torch._scaled_mm(ops.a[0], ops.b[0], scale_a=one, scale_b=one,
-                                    out_dtype=out_dtype).unsqueeze(0)
-        with _tf32(problem.precision == "tf32"):
-            return torch.matmul(ops.a, ops.b)
+            d[0].copy_(torch._scaled_mm(ops.a[0], ops.b[0], scale_a=one, scale_b=one,
+                                        out_dtype=d.dtype))
+        else:
+            with _tf32(problem.precision == "tf32"):
+                torch.matmul(ops.a, ops.b, out=d)
 
     def _dot(self, ops: Operands) -> None:
         import cupy

@@ -19,21 +19,29 @@ import os
 
 import triton
 
+from multibackend import dtypes
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
 
-#: Hopper-sized GEMM candidates: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
-GPU_TILES = (
-    (128, 256, 64, 8, 3),
-    (256, 128, 64, 8, 3),
-    (128, 128, 64, 8, 4),
-    (128, 128, 64, 4, 4),
-    (128, 64, 64, 4, 4),
-    (64, 128, 64, 4, 4),
-    (64, 64, 64, 4, 3),
-)
-INTERPRETER_TILE = (32, 32, 32, 4, 1)
+#: GEMM tile candidates per operand width in bytes: (BLOCK_M, BLOCK_N, BLOCK_K, warps,
+#: stages, GROUP_M), the expected best first. Sized for Hopper's 227 KB of shared memory.
+POINTER_TILES = {
+    1: ((128, 256, 128, 8, 3, 8), (256, 128, 128, 8, 3, 8), (128, 128, 128, 8, 4, 8),
+        (128, 128, 128, 4, 4, 8), (64, 128, 128, 4, 4, 8), (64, 64, 128, 4, 3, 8)),
+    2: ((128, 256, 64, 8, 3, 8), (128, 256, 64, 8, 3, 16), (256, 128, 64, 8, 3, 8),
+        (128, 256, 64, 8, 4, 8), (128, 128, 64, 8, 4, 8), (128, 128, 64, 4, 4, 8),
+        (128, 64, 64, 4, 4, 8), (64, 128, 64, 4, 4, 8), (64, 64, 64, 4, 3, 8)),
+    4: ((128, 256, 32, 8, 3, 8), (128, 128, 32, 8, 4, 8), (128, 128, 32, 4, 4, 8),
+        (64, 128, 32, 4, 4, 8), (64, 64, 32, 4, 3, 8)),
+    8: ((64, 64, 16, 4, 3, 8), (64, 128, 16, 4, 3, 8), (32, 64, 16, 4, 3, 8)),
+}
+#: persistent TMA candidates for 16-bit operands: (BM, BN, BK, warps, stages, GROUP_M, ws)
+TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
+             (128, 128, 64, 8, 4, 8, True), (128, 128, 64, 8, 4, 8, False),
+             (128, 256, 64, 8, 3, 16, False))
+INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
+AUTOTUNE_SHORTLIST = 4
 DOT_BLOCK = 4096
 DOT_WARPS = 8
 DOT_PROGRAMS_PER_SM = 4
@@ -45,10 +53,30 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _tile_config(tile: tuple[int, int, int, int, int]) -> Config:
-    bm, bn, bk, warps, stages = tile
-    return Config.of(f"{bm}x{bn}x{bk}_w{warps}_s{stages}", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                     num_warps=warps, num_stages=stages)
+def _tile_config(tile: tuple) -> Config:
+    bm, bn, bk, warps, stages, group = tile
+    return Config.of(f"{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group}", BLOCK_M=bm, BLOCK_N=bn,
+                     BLOCK_K=bk, num_warps=warps, num_stages=stages, GROUP_M=group)
+
+
+def _tma_config(tile: tuple) -> Config:
+    bm, bn, bk, warps, stages, group, ws = tile
+    return Config.of(f"tma_{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group}{'_ws' if ws else ''}",
+                     kind="tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
+                     num_stages=stages, GROUP_M=group, WARP_SPECIALIZE=ws)
+
+
+def tma_eligible(problem: Problem) -> bool:
+    """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
+    with A row-major, B row- or column-major, and every base and row 16-byte aligned."""
+    if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
+            "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
+        return False
+    if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
+        return False
+    d_row_bytes = problem.n * dtypes.get(problem.d_dtype).itemsize
+    return (problem.a.align >= 16 and problem.b.align >= 16 and problem.a.ld_bytes % 16 == 0
+            and problem.b.ld_bytes % 16 == 0 and d_row_bytes % 16 == 0)
 
 
 def _capability() -> Capability:
@@ -112,7 +140,11 @@ class TritonBackend(Backend):
                               num_warps=DOT_WARPS)]
         if interpreting():
             return [_tile_config(INTERPRETER_TILE)]
-        return [Config.of("autotune")] + [_tile_config(t) for t in GPU_TILES]
+        width = int(dtypes.get(problem.in_dtype).itemsize)
+        tiles = [_tile_config(t) for t in POINTER_TILES[width]]
+        if tma_eligible(problem):
+            tiles = [_tma_config(t) for t in TMA_TILES] + tiles
+        return [Config.of("autotune")] + tiles
 
     # -- matmul -------------------------------------------------------------------------
     def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
@@ -138,25 +170,64 @@ class TritonBackend(Backend):
             b.stride(0), b.stride(1), b.stride(2),
             *c_strides, *d.stride(),
             ops.alpha, ops.beta,
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, ACC=acc,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"), ACC=acc,
             INPUT_PRECISION=precision, HAS_C=c is not None,
             EVEN_K=problem.k % bk == 0, UPCAST=upcast, SCALE=ops.alpha != 1,
             num_warps=config.get("num_warps"), num_stages=config.get("num_stages"),
         )
 
+    def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
+        import torch
+        import triton.language as tl
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        from . import triton_kernels as kernels
+
+        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        a, b, d = ops.a[0], ops.b[0], ops.d[0]
+        b_kmajor = problem.b.layout == "col"
+        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+        b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
+                  else TensorDescriptor.from_tensor(b, [bk, bn]))
+        d_desc = TensorDescriptor.from_tensor(d, [bm, bn])
+        c = ops.c[0] if ops.c is not None else d
+        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+        programs = min(sms, triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
+        kernels.matmul_tma_persistent_kernel[(programs,)](
+            a_desc, b_desc, d_desc, c, problem.m, problem.n, problem.k,
+            c.stride(0), c.stride(1), ops.alpha, ops.beta,
+            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
+            NUM_PROGRAMS=programs, ACC=tl.float32 if problem.acc == "float32" else tl.float16,
+            B_KMAJOR=b_kmajor, HAS_C=ops.c is not None, SCALE=ops.alpha != 1,
+            WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
+            num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+
+    def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
+        if config.get("kind") == "tma":
+            self._launch_tma(problem, ops, config)
+        else:
+            self._launch_matmul(problem, ops, config)
+
+    def _shortlist(self, problem: Problem) -> list[Config]:
+        """The first TMA and pointer candidates, AUTOTUNE_SHORTLIST in all."""
+        tiles = self.configs(problem)[1:]
+        tma = [c for c in tiles if c.get("kind") == "tma"][: AUTOTUNE_SHORTLIST // 2]
+        pointer = [c for c in tiles if c.get("kind") != "tma"]
+        return tma + pointer[: AUTOTUNE_SHORTLIST - len(tma)]
+
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
-        """The fastest GPU tile for this problem's shape, timed once per process."""
+        """The fastest of the first few candidates for this problem, timed once per process
+        (the tuner, :func:`multibackend.tune`, times them all)."""
         key = (problem.key, problem.acc, problem.has_c)
         best = self._best.get(key)
         if best is None:
             from multibackend.timing import time_gpu
 
             results = []
-            for tile in GPU_TILES:
-                candidate = _tile_config(tile)
+            for candidate in self._shortlist(problem):
                 try:
-                    ms = time_gpu(lambda: self._launch_matmul(problem, ops, candidate),
-                                  warmup=2, reps=5, flush_l2=False).median_ms
+                    ms = time_gpu(lambda: self._launch(problem, ops, candidate),
+                                  warmup=3, reps=15, max_seconds=1.0).median_ms
                 except Exception:  # a tile the compiler cannot fit is skipped
                     continue
                 results.append((ms, candidate))
@@ -193,7 +264,7 @@ class TritonBackend(Backend):
             return
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        self._launch_matmul(problem, operands, config)
+        self._launch(problem, operands, config)
 
 
 def create() -> Backend:

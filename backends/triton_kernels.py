@@ -58,8 +58,8 @@ def matmul_kernel(
             b = tl.load(b_ptrs)
         else:
             k_left = K - kt * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0)
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -89,7 +89,7 @@ def dot_partial_kernel(x_ptr, y_ptr, partial_ptr, n, stride_x, stride_y,
     offs = tl.arange(0, BLOCK)
     acc = tl.zeros((BLOCK,), dtype=ACC)
     for start in range(pid * BLOCK, n, programs * BLOCK):
-        idx = start + offs
+        idx = tl.multiple_of(start, BLOCK) + offs
         mask = idx < n
         x = tl.load(x_ptr + idx.to(tl.int64) * stride_x, mask=mask, other=0)
         y = tl.load(y_ptr + idx.to(tl.int64) * stride_y, mask=mask, other=0)
@@ -106,3 +106,50 @@ def dot_finish_kernel(partial_ptr, out_ptr, count, BLOCK: tl.constexpr, ACC: tl.
         idx = start + offs
         acc += tl.load(partial_ptr + idx, mask=idx < count, other=0).to(ACC)
     tl.store(out_ptr, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def matmul_tma_persistent_kernel(
+    a_desc, b_desc, d_desc, c_ptr, M, N, K, stride_cm, stride_cn, alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ACC: tl.constexpr,
+    B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+):
+    """Persistent GEMM over tensor-memory-accelerator descriptors: one program per SM walks
+    the output tiles in grouped order; the TMA unit fetches A and B tiles (zero-filling past
+    the edges) and stores D (clipping past the edges). B is read as (K, N) tiles, or as
+    (N, K) tiles and transposed in registers when it is column-major (``B_KMAJOR``)."""
+    pid = tl.program_id(0)
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_group = GROUP_M * grid_n
+    for tile in tl.range(pid, grid_m * grid_n, NUM_PROGRAMS, flatten=True,
+                         warp_specialize=WARP_SPECIALIZE):
+        group = tile // per_group
+        first_m = group * GROUP_M
+        group_size = min(grid_m - first_m, GROUP_M)
+        pid_m = first_m + ((tile % per_group) % group_size)
+        pid_n = (tile % per_group) // group_size
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        for kt in range(k_tiles):
+            off_k = kt * BLOCK_K
+            a = a_desc.load([off_m, off_k])
+            if B_KMAJOR:
+                b = b_desc.load([off_n, off_k]).T
+            else:
+                b = b_desc.load([off_k, off_n])
+            acc = tl.dot(a, b, acc, out_dtype=ACC)
+        if SCALE:
+            acc = acc * alpha
+        if HAS_C:
+            offs_m = off_m + tl.arange(0, BLOCK_M)
+            offs_n = off_n + tl.arange(0, BLOCK_N)
+            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+            c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                        mask=mask, other=0)
+            acc = acc + beta * c.to(ACC)
+        d_desc.store([off_m, off_n], acc.to(d_desc.dtype))

@@ -1,7 +1,8 @@
 """The float64 reference and the error bounds every check uses: one place for both.
 
 The reference computes ``alpha * A @ B + beta * C`` (or ``x . y``) in float64 from the very
-values the backend was given, on the GPU through CuPy when the operands are there, else with
+values the backend was given (for dot also the scale ``sum |x_i y_i|`` its error is measured
+against), on the GPU through CuPy when the operands are there, else with
 NumPy. Integer results (int8, uint8, int4, uint4, b1 popcounts) must match exactly. A float
 result passes when its norm-wise relative error ``|D - ref|_F / |ref|_F`` is within
 :func:`error_bound`, which adds the rounding the arithmetic itself must commit:
@@ -95,16 +96,22 @@ def reference_matmul(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
 
 
 def reference_dot(x, y):
-    """``x . y`` in float64 for 1-D torch tensors (a 0-d array)."""
+    """``x . y`` in float64 for 1-D torch tensors, with its scale: a 2-element array
+    ``[x . y, sum |x_i y_i|]``. A dot's rounding error is relative to the scale, not to the
+    result, which cancellation can make arbitrarily small."""
     xp, x64 = _xp(x)
     _, y64 = _xp(y)
-    return xp.dot(x64, y64)
+    return xp.stack([xp.dot(x64, y64), xp.abs(x64 * y64).sum()])
 
 
 def compare(problem: Problem, out, ref) -> Comparison:
     """Compare a backend's output tensor ``out`` with the float64 ``ref`` array."""
     xp, got = _xp(out)
-    ref = xp.asarray(ref, dtype=xp.float64).reshape(got.shape)
+    ref = xp.asarray(ref, dtype=xp.float64)
+    scale = 0.0
+    if problem.op == "dot":
+        ref, scale = ref[:1], float(ref[1])
+    ref = ref.reshape(got.shape)
     bound = error_bound(problem)
     exact = bound == 0.0
     nan_ref, nan_got = xp.isnan(ref), xp.isnan(got)
@@ -122,7 +129,8 @@ def compare(problem: Problem, out, ref) -> Comparison:
     max_abs = float(xp.abs(diff).max()) if diff.size else 0.0
     ref_norm = float(xp.linalg.norm(xp.where(finite, ref, 0.0).ravel()))
     err_norm = float(xp.linalg.norm(diff.ravel()))
-    rel = err_norm / ref_norm if ref_norm > 0 else err_norm
+    denominator = max(ref_norm, scale)
+    rel = err_norm / denominator if denominator > 0 else err_norm
     if exact:
         wrong = int((diff != 0).sum())
         return Comparison(rel, max_abs, 0.0, True, wrong == 0,

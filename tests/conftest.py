@@ -7,6 +7,7 @@ sentinel (integers) before a kernel runs, so an element the kernel did not write
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 
@@ -20,6 +21,13 @@ def gpu_reason() -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA GPU visible"
     return None
+
+
+def pytest_configure(config):
+    """Without a GPU, Triton kernels run in Triton's interpreter: the switch must be set before
+    any kernel is defined, so it is set here, before the test modules are imported."""
+    if gpu_reason() is not None:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):

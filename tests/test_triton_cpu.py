@@ -1,0 +1,152 @@
+"""CPU tier for the Triton backend: every kernel in Triton's interpreter against float64 on
+ragged shapes, every dtype and layout; and the GPU kernels compiled ahead of time for sm_90,
+with wgmma (and the TMA unit for the persistent kernel) found in the PTX."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import reference
+from multibackend.api import execute
+from multibackend.crosscheck import poison
+from multibackend.dispatch import decide
+from multibackend.request import dot_call, matmul_call
+
+interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
+                                      reason="interpreter tests run where there is no GPU")
+
+#: ragged (M, N, K): 1, 7, 17, 33, 65, 127, 129 and mixes, 12 in all
+SHAPES = [(1, 1, 1), (7, 7, 7), (17, 33, 65), (33, 17, 7), (65, 129, 17), (127, 1, 33),
+          (129, 65, 127), (1, 129, 65), (17, 7, 129), (65, 33, 1), (33, 127, 17),
+          (7, 65, 33)]
+DTYPES = [("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
+          ("float32", {"precision": "tf32"}), ("float32", {"precision": "tf32x3"}),
+          ("float64", {}), ("int8", {}), ("float16", {"acc_dtype": "float16"})]
+
+
+def _rand(shape, dtype: torch.dtype, gen, layout: str = "row"):
+    stored = shape if layout == "row" else shape[:-2] + (shape[-1], shape[-2])
+    if dtype == torch.int8:
+        t = torch.randint(-8, 8, stored, generator=gen, dtype=torch.int8)
+    else:
+        t = (torch.rand(stored, generator=gen, dtype=torch.float64) * 2 - 1).to(dtype)
+    return t if layout == "row" else t.transpose(-1, -2)
+
+
+def _run_and_compare(call):
+    poison(call.operands.d)
+    execute(call, decide(call.problem, "triton"))
+    if call.problem.op == "dot":
+        ref = reference.reference_dot(call.operands.a, call.operands.b)
+    else:
+        ref = reference.reference_matmul(call.operands.a, call.operands.b, call.operands.c,
+                                         call.operands.alpha, call.operands.beta)
+    return reference.compare(call.problem, call.operands.d, ref)
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype,kw", DTYPES, ids=lambda v: str(v))
+def test_interpreter_matmul_ragged_shapes(dtype, kw):
+    gen = torch.Generator().manual_seed(7)
+    tdtype = getattr(torch, dtype)
+    for i, (m, n, k) in enumerate(SHAPES):
+        a_layout, b_layout = ("row", "col")[i % 2], ("row", "col")[(i // 2) % 2]
+        call = matmul_call(_rand((m, k), tdtype, gen, a_layout),
+                           _rand((k, n), tdtype, gen, b_layout), **kw)
+        cmp = _run_and_compare(call)
+        assert cmp.ok, f"{call.problem.describe()}: {cmp.detail}"
+
+
+@interpreter_only
+def test_interpreter_batched_broadcast_epilogue():
+    gen = torch.Generator().manual_seed(8)
+    a = _rand((3, 17, 33), torch.float16, gen)
+    b = _rand((33, 65), torch.float16, gen, "col")
+    c = _rand((3, 17, 65), torch.float16, gen)
+    call = matmul_call(a, b, c, alpha=-1.5, beta=0.25)
+    cmp = _run_and_compare(call)
+    assert cmp.ok, cmp.detail
+    assert call.problem.batch == 3 and call.problem.b.batch_stride == 0
+
+
+@interpreter_only
+def test_interpreter_int8_integer_epilogue_exact():
+    gen = torch.Generator().manual_seed(9)
+    a, b = _rand((33, 65), torch.int8, gen), _rand((65, 17), torch.int8, gen)
+    c = torch.randint(-50, 50, (33, 17), generator=gen, dtype=torch.int32)
+    cmp = _run_and_compare(matmul_call(a, b, c, alpha=3, beta=-2))
+    assert cmp.ok and cmp.exact
+
+
+@interpreter_only
+def test_interpreter_detects_a_wrong_result():
+    """The comparison catches a kernel that skips part of D: poison left in place fails."""
+    gen = torch.Generator().manual_seed(10)
+    call = matmul_call(_rand((17, 33), torch.float16, gen), _rand((33, 7), torch.float16, gen))
+    poison(call.operands.d)
+    execute(call, decide(call.problem, "triton"))
+    call.operands.d[0, 5, 3] = float("nan")
+    ref = reference.reference_matmul(call.operands.a, call.operands.b)
+    assert not reference.compare(call.problem, call.operands.d, ref).ok
+    call.operands.d[0, 5, 3] = 1e3
+    assert not reference.compare(call.problem, call.operands.d, ref).ok
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_interpreter_dot(dtype):
+    gen = torch.Generator().manual_seed(11)
+    for n in (1, 7, 4096, 4097, 20000):
+        x, y = _rand((n,), getattr(torch, dtype), gen), _rand((n,), getattr(torch, dtype), gen)
+        cmp = _run_and_compare(dot_call(x, y))
+        assert cmp.ok, f"n={n}: {cmp.detail}"
+
+
+@interpreter_only
+def test_interpreter_public_calls_numpy_in_numpy_out():
+    import numpy as np
+
+    rng = np.random.default_rng(12)
+    a = rng.standard_normal((17, 33)).astype(np.float32)
+    b = rng.standard_normal((33, 9)).astype(np.float32)
+    d = mb.matmul(a, b, backend="triton")
+    assert isinstance(d, np.ndarray) and d.shape == (17, 9)
+    np.testing.assert_allclose(d, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    x = rng.standard_normal(1000).astype(np.float16)
+    s = mb.dot(x, x)
+    assert isinstance(s, np.ndarray) and s.shape == () and s.dtype == np.float32
+    assert abs(float(s) - float((x.astype(np.float64) ** 2).sum())) < 1e-3 * float(s)
+
+
+def _aot(kind: str, dtype: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).with_name("triton_aot.py")
+    out = subprocess.run([sys.executable, str(script), kind, dtype], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pointer_gemm_compiles_to_wgmma_for_sm90(dtype):
+    info = _aot("pointer", dtype)
+    assert info["target"] and info["wgmma"] > 0 and info["mma_sync"] == 0, info
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tma_persistent_gemm_uses_wgmma_and_tma(dtype):
+    info = _aot("tma", dtype)
+    assert info["wgmma"] > 0 and info["tma_load"] > 0, info
+    assert info["shared"] <= 232448, info
+
+
+def test_dot_kernel_uses_16_byte_loads():
+    info = _aot("dot", "float16")
+    assert info["vector_loads"] > 0, info

@@ -1,0 +1,85 @@
+"""Compile a Triton kernel ahead of time for sm_90 (no GPU needed) and print what its PTX
+holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
+the rest of the CPU tier uses must not be set when kernels are compiled for real.
+
+    python tests/triton_aot.py {pointer|tma|dot} {float16|bfloat16}
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+from multibackend.backends import triton_kernels as kernels
+
+TYPES = {"float16": "fp16", "bfloat16": "bf16"}
+
+
+def _signature(names_types, constexprs):
+    sig = dict(names_types)
+    for name in constexprs:
+        sig[name] = "constexpr"
+    return sig
+
+
+def compile_pointer(dtype: str):
+    t = f"*{TYPES[dtype]}"
+    args = [("a_ptr", t), ("b_ptr", t), ("c_ptr", t), ("d_ptr", t), ("M", "i32"), ("N", "i32"),
+            ("K", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"), ("stride_bb", "i32"),
+            ("stride_bk", "i32"), ("stride_cb", "i32"), ("stride_cm", "i32"),
+            ("stride_cn", "i32"), ("stride_db", "i32"), ("stride_dm", "i32"),
+            ("alpha", "fp32"), ("beta", "fp32")]
+    consts = dict(stride_ak=1, stride_bn=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                  GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=True,
+                  UPCAST=False, SCALE=False)
+    src = triton.compiler.ASTSource(fn=kernels.matmul_kernel,
+                                    signature=_signature(args, consts), constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 8, "num_stages": 3})
+
+
+def compile_tma(dtype: str):
+    e = TYPES[dtype]
+    args = [("a_desc", f"tensordesc<{e}[128, 64]>"), ("b_desc", f"tensordesc<{e}[64, 256]>"),
+            ("d_desc", f"tensordesc<{e}[128, 256]>"), ("c_ptr", f"*{e}"), ("M", "i32"),
+            ("N", "i32"), ("K", "i32"), ("stride_cm", "i32"), ("stride_cn", "i32"),
+            ("alpha", "fp32"), ("beta", "fp32")]
+    consts = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, NUM_PROGRAMS=132,
+                  ACC=tl.float32, B_KMAJOR=False, HAS_C=False, SCALE=False,
+                  WARP_SPECIALIZE=False)
+    src = triton.compiler.ASTSource(fn=kernels.matmul_tma_persistent_kernel,
+                                    signature=_signature(args, consts), constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 8, "num_stages": 3})
+
+
+def compile_dot(dtype: str):
+    t = f"*{TYPES[dtype]}"
+    args = [("x_ptr", t), ("y_ptr", t), ("partial_ptr", "*fp32"), ("n", "i32")]
+    consts = dict(stride_x=1, stride_y=1, BLOCK=4096, ACC=tl.float32)
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    src = triton.compiler.ASTSource(fn=kernels.dot_partial_kernel,
+                                    signature=_signature(args, consts), constexprs=consts,
+                                    attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+
+
+def main() -> None:
+    kind, dtype = sys.argv[1], sys.argv[2]
+    compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot}[kind](dtype)
+    ptx = compiled.asm["ptx"]
+    print(json.dumps({
+        "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
+        "wgmma": ptx.count("wgmma.mma_async"),
+        "mma_sync": ptx.count("mma.sync"),
+        "tma_load": ptx.count("cp.async.bulk.tensor"),
+        "vector_loads": ptx.count("ld.global.v4") + ptx.count("ld.global.nc.v4"),
+        "shared": compiled.metadata.shared,
+    }))
+
+
+if __name__ == "__main__":
+    main()
