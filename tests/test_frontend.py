@@ -1,0 +1,186 @@
+"""CPU tier for the front end: the request model, capability rules, dispatch order, errors
+and the command line. Runs without a GPU (NumPy/torch-CPU operands, Triton's interpreter)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import dtypes
+from multibackend.capability import Capability, DtypeRule
+from multibackend.dispatch import HEURISTIC_ORDER, decide
+from multibackend.errors import InvalidArgument, InvalidType, UnsupportedProblem
+from multibackend.problem import classify_layout, pointer_alignment, synthetic, synthetic_dot
+from multibackend.request import matmul_call
+
+
+def f16(*shape):
+    return np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float16)
+
+
+# -- request model ------------------------------------------------------------------------
+def test_problem_records_layouts_strides_and_alignment():
+    a = torch.randn(40, 24).to(torch.float16)
+    b = torch.randn(16, 24).to(torch.float16).T  # column-major view of (24, 16)
+    p = matmul_call(a, b).problem
+    assert (p.m, p.n, p.k, p.batch) == (40, 16, 24, 1)
+    assert (p.a.layout, p.a.ld) == ("row", 24)
+    assert (p.b.layout, p.b.ld) == ("col", 24)
+    assert p.a.dtype == p.b.dtype == p.d_dtype == "float16" and p.acc == "float32"
+    assert p.precision is None and p.cc is None
+    assert p.a.align >= 16
+
+
+def test_layout_classification_and_alignment_rules():
+    assert classify_layout(4, 8, (8, 1)) == ("row", 8)
+    assert classify_layout(4, 8, (1, 4)) == ("col", 4)
+    assert classify_layout(4, 8, (16, 2))[0] == "strided"
+    assert classify_layout(1, 8, (8, 1))[0] == "row"
+    assert pointer_alignment(0x1000) == 256 and pointer_alignment(0x1002) == 2
+
+
+def test_problem_is_frozen_and_keyed():
+    p = synthetic(128, 256, 64, "bfloat16", b_layout="col")
+    with pytest.raises(Exception):
+        p.m = 3
+    assert p.key == "matmul:bfloat16->bfloat16:rc:b1:m128:n256:k64"
+    assert synthetic(8, 8, 8, "float32").precision == "ieee"
+    assert synthetic(8, 8, 8, "int8").d_dtype == "int32"
+    assert synthetic(8, 8, 256, "bit").a.cols == 32  # packed 8 per byte along K
+
+
+def test_batched_broadcast_and_c():
+    a = torch.randn(3, 5, 7)
+    b = torch.randn(7, 2)
+    c = torch.randn(5, 2)
+    call = matmul_call(a, b, c, alpha=2, beta=0.5)
+    p, ops = call.problem, call.operands
+    assert p.batch == 3 and p.b.batch_stride == 0 and p.has_c
+    assert ops.c.shape == (3, 5, 2) and ops.d.shape == (3, 5, 2)
+    assert isinstance(ops.alpha, float) and ops.beta == 0.5
+
+
+def test_dtype_names_and_defaults():
+    assert dtypes.canonical(torch.bfloat16) == "bfloat16"
+    assert dtypes.canonical(np.dtype("float16")) == "float16"
+    assert dtypes.canonical("e4m3") == "float8_e4m3fn"
+    assert dtypes.default_output("float8_e5m2", "float8_e5m2") == "float32"
+    with pytest.raises(ValueError, match="not a dtype"):
+        dtypes.canonical("complex64")
+
+
+# -- capability and dispatch ----------------------------------------------------------------
+def test_capability_names_the_failing_rule():
+    cap = Capability("demo", (DtypeRule("float16", accs=("float32",), outs=("float16",),
+                                        min_cc=(8, 0), a_layouts=("row",)),))
+    assert cap.check(synthetic(16, 16, 16, "float16")) is None
+    reason = cap.check(synthetic(16, 16, 16, "bfloat16"))
+    assert reason.rule == "dtype" and "bfloat16" in reason.message
+    assert cap.check(synthetic(16, 16, 16, "float16", a_layout="col")).rule == "layout"
+    assert cap.check(synthetic(16, 16, 16, "float16", cc=(7, 5))).rule == "compute-capability"
+    assert cap.check(synthetic(16, 16, 16, "float16", acc="float16",
+                               out_dtype="float16")).rule == "accumulator"
+
+
+def test_explicit_backend_never_falls_back(monkeypatch):
+    p = synthetic(64, 64, 64, "float16", cc=None)
+    with pytest.raises(UnsupportedProblem, match="backend='cublas'"):
+        decide(p, "cublas")
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "cublas")
+    with pytest.raises(UnsupportedProblem, match="MULTIBACKEND_BACKEND="):
+        decide(p)
+
+
+def test_auto_picks_first_in_heuristic_order_and_explains():
+    p = synthetic(64, 64, 64, "float16", cc=None)
+    decision = decide(p)
+    assert decision.backend == "triton" and decision.rule == "heuristic"
+    text = str(mb.explain(p))
+    for name in ("cublas", "triton", "raw_wmma", "cutlass"):
+        assert name in text
+    assert HEURISTIC_ORDER[0] == "triton"
+    assert decision.to_dict()["verdicts"][0]["backend"] == "cublas"
+
+
+def test_no_backend_error_lists_every_reason():
+    p = synthetic(64, 64, 64, "float8_e4m3fn", cc=(7, 0))
+    with pytest.raises(UnsupportedProblem) as info:
+        decide(p)
+    assert [r.backend for r in info.value.reasons] == ["cublas", "triton", "raw_wmma", "cutlass"]
+    assert "sm_89+" in str(info.value)
+    assert mb.explain(p).backend is None
+
+
+# -- errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("call,pattern", [
+    (lambda: mb.matmul(f16(128, 64), f16(65, 32)),
+     r"A is \(128, 64\) float16 but B is \(65, 32\) float16: inner dimensions differ"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8).astype(np.float32)), "must have the same dtype"),
+    (lambda: mb.matmul(f16(2, 8, 4), f16(3, 4, 8)), "batch dimensions differ"),
+    (lambda: mb.matmul(f16(8), f16(8, 2)), "rank 1, but matmul takes 2-D or 3-D"),
+    (lambda: mb.matmul(f16(2, 2, 2, 2), f16(2, 2)), "rank 4"),
+    (lambda: mb.dot(f16(8, 1), f16(8, 1)), "dot takes 1-D vectors"),
+    (lambda: mb.dot(f16(8), f16(9)), "lengths differ"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), out=np.empty((8, 9), np.float16)),
+     r"out is \(8, 9\) but the result is \(8, 8\)"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), out=np.empty((8, 8), np.float32)),
+     "out is float32 but the result is float16"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), alpha=np.ones(2)), "alpha has shape"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), backend="magic"), "not a backend name"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), beta=1.0), "beta scales C"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), precision="tf32"), "float32 operands only"),
+    (lambda: mb.matmul(np.ones((4, 4), np.int8), np.ones((4, 4), np.int8), alpha=0.5),
+     "integer outputs take integer alpha"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), np.ones((8, 8), np.float32)),
+     "C must have the output's dtype"),
+    (lambda: mb.matmul(f16(8, 4), f16(4, 8), config="x"), "name the backend too"),
+])
+def test_bad_input_names_argument_value_and_rule(call, pattern):
+    with pytest.raises(InvalidArgument, match=pattern):
+        call()
+
+
+def test_non_array_and_mixed_devices():
+    with pytest.raises(InvalidType, match="A is a list"):
+        mb.matmul([[1.0]], f16(1, 1))
+    with pytest.raises(InvalidType, match="alpha is 'x'"):
+        mb.matmul(f16(2, 2), f16(2, 2), alpha="x")
+    meta = torch.empty((2, 2), dtype=torch.float16, device="meta")
+    with pytest.raises(InvalidArgument, match="host and GPU arrays are mixed|different devices"):
+        mb.matmul(torch.ones((2, 2), dtype=torch.float16), meta)
+
+
+def test_trivial_sizes_answered_without_a_kernel():
+    c = np.full((3, 4), 2.0, np.float16)
+    d = mb.matmul(np.empty((3, 0), np.float16), np.empty((0, 4), np.float16), c, beta=1.5)
+    assert (d == 3.0).all()
+    assert mb.matmul(np.empty((0, 5), np.float16), f16(5, 2)).shape == (0, 2)
+    assert float(mb.dot(np.empty(0, np.float32), np.empty(0, np.float32))) == 0.0
+
+
+def test_nan_and_inf_propagate():
+    a = np.ones((8, 8), np.float32)
+    a[2, 3] = np.nan
+    a[5, 0] = np.inf
+    d = mb.matmul(a, np.ones((8, 8), np.float32), backend="triton")
+    assert np.isnan(d[2]).all() and np.isinf(d[5]).all() and np.isfinite(d[0]).all()
+
+
+# -- command line ------------------------------------------------------------------------------
+def test_cli_info_and_check_without_gpu():
+    info = subprocess.run([sys.executable, "-m", "multibackend", "info"], capture_output=True,
+                          text=True, timeout=120)
+    assert info.returncode == 0 and "triton" in info.stdout and "cublas" in info.stdout
+    check = subprocess.run([sys.executable, "-m", "multibackend", "check"],
+                           capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    assert "no GPU here" in check.stdout and "0 problems with a wrong result" in check.stdout
+
+
+def test_synthetic_dot_problem():
+    p = synthetic_dot(1 << 20, "float16")
+    assert p.op == "dot" and p.bytes_moved == 2 * 2 * (1 << 20) and p.d_dtype == "float32"
