@@ -1,0 +1,127 @@
+"""The benchmark cases and how each one is measured, shared by the suites' test modules.
+
+One pytest-benchmark group per (dtype, shape); its members are every backend of the registry
+(cuBLAS, the baseline, among them) and ``auto``. A backend runs the config that the loaded
+tuning table (``MULTIBACKEND_TUNING``) timed fastest for it on this exact shape, else its
+default config; ``auto`` runs what dispatch decides.
+
+The number the report uses is ``extra_info["gpu_ms"]``: the median GPU time by CUDA events
+from :func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch
+time hidden). pytest-benchmark's own statistics are the wall time of one call followed by a
+device synchronize (kept for reference; they include the host's launch time).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import multibackend as mb
+from multibackend import tuning
+from multibackend.registry import REGISTRY
+from multibackend.request import matmul_call
+from multibackend.suites import SUITES, Shape
+from multibackend.timing import time_gpu
+
+AUTO = "auto"
+PEDANTIC_ROUNDS = 10
+CHECK_BOUND = 2e-2
+
+
+@dataclass(frozen=True)
+class Case:
+    suite: str
+    shape: Shape
+    dtype: str
+    member: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.suite}-{self.dtype}-{self.shape.label}-{self.member}"
+
+    @property
+    def group(self) -> str:
+        return f"{self.dtype} {self.shape.label}"
+
+
+def cases(suites: list[str], dtypes: list[str]) -> list[Case]:
+    """Every (suite, dtype, shape, member), members of one group adjacent."""
+    members = tuple(REGISTRY.names) + (AUTO,)
+    return [Case(s, shape, dtype, member) for s in suites for dtype in dtypes
+            for shape in SUITES[s] for member in members]
+
+
+_LAST: dict = {}
+
+
+def operands(shape: Shape, dtype: str):
+    """Random non-zero A, B and an output D for the shape (the last set is reused)."""
+    import torch
+
+    from multibackend import dtypes as dt
+
+    key = (shape, dtype)
+    if key not in _LAST:
+        _LAST.clear()
+        torch.cuda.empty_cache()
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        lead = (shape.batch,) if shape.batch > 1 else ()
+        tdtype = dt.torch_dtype(dtype)
+        a = (torch.rand(lead + (shape.m, shape.k), generator=gen, device="cuda") * 2 - 1)
+        b = (torch.rand(lead + (shape.k, shape.n), generator=gen, device="cuda") * 2 - 1)
+        a, b = a.to(tdtype), b.to(tdtype)
+        d = torch.empty(lead + (shape.m, shape.n), dtype=tdtype, device="cuda")
+        _LAST[key] = (a, b, d, torch.matmul(a.float(), b.float()))
+    return _LAST[key]
+
+
+def tuned_config(problem, backend: str) -> str | None:
+    """The name of ``backend``'s fastest config in the loaded table for this exact shape."""
+    entry = tuning.status().entries.get(problem.key)
+    if not entry:
+        return None
+    mine = {k: ms for k, ms in entry.get("timings_ms", {}).items()
+            if k.split(":", 1)[0] == backend}
+    return min(mine, key=mine.get).split(":", 1)[1] if mine else None
+
+
+def measure(benchmark, case: Case) -> None:
+    """Benchmark one member on one shape, or skip with the reason it cannot run it."""
+    import pytest
+    import torch
+
+    a, b, d, expected = operands(case.shape, case.dtype)
+    problem = matmul_call(a, b, out=d).problem
+    if case.member == AUTO:
+        decision = mb.explain(problem)
+        if decision.backend is None:
+            pytest.skip(f"auto: {decision.detail}")
+        backend, config = None, None
+        chosen, rule = decision.backend, f"{decision.rule}: {decision.detail}"
+    else:
+        reason = REGISTRY.availability(case.member) or REGISTRY.get(case.member).supports(
+            problem)
+        if reason is not None:
+            pytest.skip(f"{case.member}: {reason.message} (rule: {reason.rule})")
+        backend, config = case.member, tuned_config(problem, case.member)
+        chosen, rule = case.member, "tuned config" if config else "default config"
+        config_name = config or REGISTRY.get(case.member).default_config(problem).name
+
+    def run() -> None:
+        mb.matmul(a, b, out=d, backend=backend or AUTO, config=config)
+
+    run()
+    err = float((d.float() - expected).norm() / expected.norm())
+    assert err < CHECK_BOUND, f"{case.member} is wrong on {case.group}: rel err {err:.2e}"
+    timing = time_gpu(run)
+    benchmark.group = case.group
+    benchmark.extra_info.update({
+        "suite": case.suite, "shape": case.shape.label, "batch": case.shape.batch,
+        "m": case.shape.m, "n": case.shape.n, "k": case.shape.k, "dtype": case.dtype,
+        "member": case.member, "backend": chosen,
+        "config": config_name if case.member != AUTO else str(decision.config),
+        "rule": rule, "flops": case.shape.flops, "gpu_ms": timing.median_ms,
+        "gpu_min_ms": timing.min_ms, "gpu_runs": timing.runs,
+        "tflops": timing.tflops(case.shape.flops), "rel_err": err,
+        "device": torch.cuda.get_device_name(),
+    })
+    benchmark.pedantic(lambda: (run(), torch.cuda.synchronize()), setup=torch.cuda.synchronize,
+                       rounds=PEDANTIC_ROUNDS, iterations=1, warmup_rounds=1)
