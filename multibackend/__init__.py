@@ -14,12 +14,13 @@ from .crosscheck import Report, crosscheck
 from .errors import (BackendUnavailable, CompileError, InvalidArgument, InvalidType,
                      MultibackendError, UnsupportedProblem)
 from .problem import Problem
+from .tuner import tune
 from .tuning import load_tuning
 
 __version__ = "0.1.0"
 
 __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
-    "load_tuning", "MultibackendError", "InvalidArgument", "InvalidType", "UnsupportedProblem",
-    "BackendUnavailable", "CompileError", "__version__",
+    "load_tuning", "tune", "MultibackendError", "InvalidArgument", "InvalidType",
+    "UnsupportedProblem", "BackendUnavailable", "CompileError", "__version__",
 ]

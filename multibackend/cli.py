@@ -129,6 +129,37 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .tuner import tune
+    from .tuning import merge, read_table, save_table
+
+    shapes = list(args.suite or []) + list(args.shape or [])
+    if not shapes:
+        print("tune: give --suite and/or --shape", file=sys.stderr)
+        return 2
+    table = tune(shapes, dtypes=args.dtype or ["float16"], backends=args.backends,
+                 max_configs=args.max_configs, quick=args.quick, timeout_s=args.timeout,
+                 max_workers=args.jobs)
+    if args.merge and os.path.exists(args.out):
+        table = merge(read_table(args.out), table)
+    path = save_table(table, args.out)
+    print(f"tuning table: {path} ({len(table['entries'])} entries); use it with "
+          f"MULTIBACKEND_TUNING={path} or multibackend.load_tuning({str(path)!r})")
+    return 0 if table["entries"] else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import report
+
+    text, figures, plots = report(args.paths, args.out_dir)
+    print(text)
+    print("plots: " + ", ".join(str(p) for p in plots))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m multibackend",
                                      description="GPU matmul/dot across raw WMMA, Triton "
@@ -139,5 +170,31 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--json", help="also write the reports to this JSON file")
     check.add_argument("--shapes", type=int, default=0,
                        help="only the first N default shapes (GPU)")
+    from .suites import SUITES
+
+    tune = sub.add_parser("tune", help="time every backend and config per shape; write a "
+                                       "tuning table for backend='auto'")
+    tune.add_argument("--suite", action="append", choices=sorted(SUITES),
+                      help="shape suite to tune (repeatable)")
+    tune.add_argument("--shape", action="append", help="MxNxK or BxMxNxK (repeatable)")
+    tune.add_argument("--dtype", action="append", help="input dtype (repeatable; float16)")
+    tune.add_argument("--backends", nargs="+", help="backends to tune (default: all; "
+                                                    "cuBLAS is always measured)")
+    tune.add_argument("--out", required=True, help="tuning table JSON to write")
+    tune.add_argument("--merge", action="store_true",
+                      help="merge into --out when it exists (new entries win)")
+    tune.add_argument("--quick", action="store_true",
+                      help="at most 3 configs per backend, 10 timed runs each")
+    tune.add_argument("--max-configs", type=int, help="at most N configs per backend")
+    tune.add_argument("--timeout", type=float, default=120.0,
+                      help="seconds one candidate may take (default 120)")
+    tune.add_argument("--jobs", type=int, help="parallel compile processes")
+    report = sub.add_parser("report", help="TFLOP/s, ratio to cuBLAS, plots and bars from "
+                                           "saved pytest-benchmark results")
+    report.add_argument("paths", nargs="*", default=[".benchmarks"],
+                        help="result .json files or directories (default: .benchmarks)")
+    report.add_argument("--out-dir", default="benchmark-report", help="where the PNGs go")
+    report.add_argument("--json", help="also write the bars' figures to this JSON file")
     args = parser.parse_args(argv)
-    return {"info": cmd_info, "check": cmd_check}[args.command](args)
+    return {"info": cmd_info, "check": cmd_check, "tune": cmd_tune,
+            "report": cmd_report}[args.command](args)

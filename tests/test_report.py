@@ -1,0 +1,88 @@
+"""CPU tier of the benchmark report: figures, bars and PNG plots from the synthetic sample
+result in benchmarks/results/sample (pytest-benchmark's saved format), and the CLI."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from multibackend import cli
+from multibackend.errors import InvalidArgument
+from multibackend.report import bars, load, plot, report
+
+SAMPLE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sample"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_sample_is_labelled_synthetic():
+    data = json.loads((SAMPLE / "0001_synthetic_sample.json").read_text())
+    assert "SYNTHETIC" in data["machine_info"]["node"]
+    assert {"machine_info", "commit_info", "benchmarks", "datetime", "version"} <= set(data)
+
+
+def test_load_groups_by_shape_with_tflops_and_ratio():
+    results = load([SAMPLE])
+    assert len(results.groups) == 5
+    odd = results.groups["float16 4097x4095x4096"]
+    assert set(odd) == {"cublas", "triton", "raw_wmma", "cutlass", "auto"}
+    flops = 2 * 4097 * 4095 * 4096
+    assert odd["cublas"].tflops == pytest.approx(flops / (odd["cublas"].ms * 1e-3) / 1e12)
+    assert odd["cublas"].tflops == pytest.approx(136, rel=1e-3)
+    assert results.ratio("float16 4097x4095x4096", "triton") == pytest.approx(240 / 136,
+                                                                               rel=1e-3)
+    assert results.ratio("float16 4097x4095x4096", "cublas") == 1.0
+
+
+def test_bars_from_sample():
+    figures = bars(load([SAMPLE]))
+    assert len(figures["auto_vs_best"]) == 5
+    assert figures["auto_vs_best_worst"]["auto_vs_best"] == pytest.approx(0.995, rel=1e-3)
+    assert figures["auto_vs_best_ok"] is True
+    expected = math.exp(sum(math.log(r) for r in (378.1 / 380, 731.3 / 720, 109.45 / 95,
+                                                   701.5 / 700, 238.8 / 136)) / 5)
+    assert figures["geomean_auto_over_cublas"] == pytest.approx(expected, rel=1e-2)
+    assert figures["host_overhead_us"] == pytest.approx(13.4)
+    assert figures["host_overhead_ok"] is True
+
+
+def test_bars_fail_when_auto_is_slow(tmp_path):
+    data = json.loads((SAMPLE / "0001_synthetic_sample.json").read_text())
+    slow = copy.deepcopy(data)
+    for bench in slow["benchmarks"]:
+        if bench["extra_info"].get("member") == "auto" and "gpu_ms" in bench["extra_info"]:
+            bench["extra_info"]["gpu_ms"] *= 1.5
+    (tmp_path / "slow.json").write_text(json.dumps(slow))
+    figures = bars(load([tmp_path / "slow.json"]))
+    assert figures["auto_vs_best_ok"] is False and figures["geomean_ok"] is False
+
+
+def test_plots_are_valid_pngs(tmp_path):
+    paths = plot(load([SAMPLE]), tmp_path)
+    assert [p.name for p in paths] == ["tflops.png", "ratio_heatmap.png"]
+    for p in paths:
+        data = p.read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000
+
+
+def test_report_text_and_errors(tmp_path):
+    text, figures, _ = report([SAMPLE], tmp_path)
+    assert "ratio to cuBLAS" in text and "float16 16x4096x4096" in text
+    assert "PASS" in text and figures["geomean_ok"] is True
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        load([tmp_path / "missing"])
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(InvalidArgument, match="not a pytest-benchmark result"):
+        load([tmp_path / "bad.json"])
+
+
+def test_cli_report_writes_plots_and_figures(tmp_path, capsys):
+    out = tmp_path / "figures.json"
+    code = cli.main(["report", str(SAMPLE), "--out-dir", str(tmp_path / "png"),
+                     "--json", str(out)])
+    assert code == 0
+    assert "bars:" in capsys.readouterr().out
+    assert (tmp_path / "png" / "ratio_heatmap.png").read_bytes()[:8] == PNG_MAGIC
+    assert json.loads(out.read_text())["host_overhead_ok"] is True
