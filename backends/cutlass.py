@@ -73,6 +73,16 @@ def _fits_generator(problem: Problem) -> tuple[str, str] | None:
     return None
 
 
+SWIZZLES = (2, 4, 8)  # CTA swizzles offered beside the default 1 (persistent 3.x kernels)
+SWIZZLED_KERNELS = 4  # how many of the best 3.x TMA kernels get the swizzle variants
+
+
+def _config(candidate: cutlass_emit.Candidate, swizzle: int) -> Config:
+    name = candidate.name if swizzle == 1 else f"{candidate.name}_sw{swizzle}"
+    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle}
+    return Config(name, tuple(sorted(params.items())))
+
+
 class KernelRefused(MultibackendError, RuntimeError):
     """A compiled CUTLASS kernel refused the arguments or failed to launch (nothing written)."""
 
@@ -88,6 +98,7 @@ class _Prepared:
     args: tuple[int, ...]
     integer: bool
     d_align_bytes: int
+    swizzle: int
 
 
 class CutlassBackend(Backend):
@@ -124,7 +135,12 @@ class CutlassBackend(Backend):
         return CAPABILITY.check(problem)
 
     def configs(self, problem: Problem) -> list[Config]:
-        return [Config(c.name, c.params) for c in cutlass_emit.candidates(problem)]
+        """Every kernel for ``problem`` (tile, cluster, schedule, epilogue), the default first,
+        then the best few 3.x TMA kernels again with wider CTA swizzles (same binary)."""
+        found = cutlass_emit.candidates(problem)
+        configs = [_config(c, 1) for c in found]
+        tma = [c for c in found if c.family == "3x_tma"][:SWIZZLED_KERNELS]
+        return configs + [_config(c, swizzle) for c in tma for swizzle in SWIZZLES]
 
     def versions(self) -> dict[str, str]:
         from importlib import metadata
@@ -152,7 +168,8 @@ class CutlassBackend(Backend):
         size = int(dtypes.get(problem.d_dtype).itemsize)
         prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
                              candidate.integer_epilogue,
-                             candidate.operation.D.alignment * size)
+                             candidate.operation.D.alignment * size,
+                             int(config.get("swizzle", 1)))
         if candidate.is_3x and config.get("epilogue") == "tma":
             prepared.d_align_bytes = 16
         self._prepared[key] = prepared
@@ -180,7 +197,7 @@ class CutlassBackend(Backend):
             c, beta = d, 0
         status = prepared.library.gemm(
             *prepared.args[:4], operands.b.data_ptr(), operands.a.data_ptr(), c, d,
-            *prepared.args[4:], float(alpha), float(beta), operands.stream)
+            *prepared.args[4:], float(alpha), float(beta), prepared.swizzle, operands.stream)
         if status:
             raise KernelRefused(f"CUTLASS kernel {prepared.library.kernel_name} refused "
                                f"{problem.describe()}: {prepared.library.status_string(status)}"
@@ -190,8 +207,9 @@ class CutlassBackend(Backend):
 def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:
     """The kernel ``config`` names among those that can run ``problem``."""
     found = cutlass_emit.candidates(problem)
+    kernel = config.get("kernel", config.name)
     for candidate in found:
-        if candidate.name == config.name:
+        if candidate.name == kernel:
             return candidate
     names = ", ".join(c.name for c in found[:8]) or "none"
     raise InvalidArgument(f"config {config.name!r} is not a CUTLASS kernel for "

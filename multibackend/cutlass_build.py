@@ -160,7 +160,8 @@ class Library:
         self.dll = ctypes.CDLL(str(path))
         fn = self.dll.mb_gemm
         i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        fn.argtypes = [ctypes.c_int] * 4 + [ptr] * 4 + [i64] * 8 + [ctypes.c_double] * 2 + [ptr]
+        fn.argtypes = ([ctypes.c_int] * 4 + [ptr] * 4 + [i64] * 8 + [ctypes.c_double] * 2
+                       + [ctypes.c_int, ptr])
         fn.restype = ctypes.c_int
         self.gemm = fn
         for name in ("mb_status_string", "mb_cuda_error_string", "mb_kernel_name"):

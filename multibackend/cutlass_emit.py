@@ -332,7 +332,7 @@ extern "C" int mb_gemm(int m, int n, int k, int batch,
                        const void* a, const void* b, const void* c, void* d,
                        int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
                        int64_t sa, int64_t sb, int64_t sc, int64_t sd,
-                       double alpha, double beta, void* stream) {
+                       double alpha, double beta, int swizzle, void* stream) {
   ${launch}
 }
 
@@ -404,10 +404,19 @@ int mb_sm_count() {
   return counts[device];
 }
 
+// the persistent tile schedulers take a CTA swizzle; the others have none to set
+template <class Scheduler>
+auto mb_set_swizzle(Scheduler& scheduler, int swizzle, int)
+    -> decltype(scheduler.max_swizzle_size = swizzle, void()) {
+  scheduler.max_swizzle_size = swizzle;
+}
+template <class Scheduler>
+void mb_set_swizzle(Scheduler&, int, long) {}
+
 cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void* b,
                           const void* c, void* d, int64_t lda, int64_t ldb, int64_t ldc,
                           int64_t ldd, int64_t sa, int64_t sb, int64_t sc, int64_t sd,
-                          double alpha, double beta, cudaStream_t stream) {
+                          double alpha, double beta, int swizzle, cudaStream_t stream) {
   using Kernel = typename MbGemm::GemmKernel;
   typename MbGemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -424,6 +433,7 @@ cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void*
   args.epilogue.dD = typename Kernel::StrideD{cute::Int<1>{}, ldd, sd};
   args.hw_info.device_id = 0;
   args.hw_info.sm_count = mb_sm_count();
+  mb_set_swizzle(args.scheduler, swizzle, 0);
   return mb_run(args, stream);
 }
 """
@@ -431,19 +441,21 @@ cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void*
 _LAUNCH_3X = r"""cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (batch <= 1 || (sa != 0 && sb != 0 && sc != 0)) {
     return static_cast<int>(mb_launch(m, n, k, batch, a, b, c, d, lda, ldb, ldc, ldd,
-                                      sa, sb, sc, sd, alpha, beta, s));
+                                      sa, sb, sc, sd, alpha, beta, swizzle, s));
   }
   // TMA cannot broadcast along the batch: one launch per batch entry
   for (int i = 0; i < batch; ++i) {
     cutlass::Status status = mb_launch(
         m, n, k, 1, static_cast<MbElementA const*>(a) + i * sa,
         static_cast<MbElementB const*>(b) + i * sb, static_cast<MbElementC const*>(c) + i * sc,
-        static_cast<MbElementD*>(d) + i * sd, lda, ldb, ldc, ldd, 0, 0, 0, 0, alpha, beta, s);
+        static_cast<MbElementD*>(d) + i * sd, lda, ldb, ldc, ldd, 0, 0, 0, 0, alpha, beta,
+        swizzle, s);
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
   }
   return 0;"""
 
-_LAUNCH_2X = r"""typename MbGemm::EpilogueOutputOp::Params epilogue(static_cast<MbCompute>(alpha),
+_LAUNCH_2X = r"""(void)swizzle;  // 2.x kernels fix their threadblock swizzle at compile time
+  typename MbGemm::EpilogueOutputOp::Params epilogue(static_cast<MbCompute>(alpha),
                                                    static_cast<MbCompute>(beta));
   typename MbGemm::Arguments args(
       batch > 1 ? cutlass::gemm::GemmUniversalMode::kBatched

@@ -7,6 +7,8 @@ import ctypes
 import hashlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -193,23 +195,54 @@ def test_missing_nvcc_is_a_clear_error(monkeypatch):
         cutlass_build._compile("int x;", "90a", "0" * 32, "k")
 
 
+SECOND_PROCESS = """
+import sys
+from pathlib import Path
+from multibackend import cutlass_build
+
+def no_compile(*args):
+    raise AssertionError("the second process compiled")
+
+cutlass_build._compile = no_compile
+print(cutlass_build.build(Path(sys.argv[1]).read_text(), "90a"), "compiled-nothing")
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
-def test_sm90a_f16_kernel_compiles_caches_and_holds_hgmma(tmp_path, monkeypatch):
+def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
+    """An sm_90a 3.x f16 kernel (HGMMA) and a 2.x f64 kernel (DMMA) built at once; the
+    second build, in this process and in another, compiles nothing."""
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
-    cwd_before = sorted(os.listdir(os.getcwd()))
+    workdir = tmp_path / "caller"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
     tempdir_before = tempfile.tempdir
     problem = synthetic(64, 64, 64, "float16")
     config = Config.of("128x128x64_1x1x1_cooperative_tma")
     candidate = backend_module.candidate_for(problem, config)
     source = cutlass_emit.emit(candidate)
-    path = cutlass_build.build(source, candidate.arch, candidate.name)
+    f64 = synthetic(30, 20, 10, "float64")
+    f64_candidate = backend_module.candidate_for(f64, Config.of("32x64x16_s4_sm90"))
+    path, f64_path = cutlass_build.build_many(  # in parallel, one nvcc each
+        [(source, candidate.arch, candidate.name),
+         (cutlass_emit.emit(f64_candidate), f64_candidate.arch, f64_candidate.name)], 2)
+    assert f64_candidate.arch == "90" and not f64_candidate.is_3x
+    assert re.search(r"\bDMMA\.16x8x4\b", toolchain.sass(f64_path))
     assert path.parent == tmp_path / "cutlass"
     assert cutlass_build.cached_library(cutlass_build.artifact_key(source, "90a")) == path
     stamp = path.stat().st_mtime_ns
     assert cutlass_build.build(source, candidate.arch, candidate.name) == path
     assert path.stat().st_mtime_ns == stamp  # the second build compiled nothing
     assert not list((tmp_path / "cutlass").glob(".build-*"))
+    (tmp_path / "kernel.cu").write_text(source)
+    second = subprocess.run(
+        [sys.executable, "-c", SECOND_PROCESS, str(tmp_path / "kernel.cu")],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+        env={**os.environ, "MULTIBACKEND_CACHE_DIR": str(tmp_path)})
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.split() == [str(path), "compiled-nothing"]
+    assert path.stat().st_mtime_ns == stamp
     sass = toolchain.sass(path)
     assert re.search(r"\bHGMMA\.64x128x16\.F32\b", sass), sass[:2000]
     try:
@@ -219,5 +252,5 @@ def test_sm90a_f16_kernel_compiles_caches_and_holds_hgmma(tmp_path, monkeypatch)
     assert library.kernel_name == candidate.operation.procedural_name()
     assert library.status_string(1) == "Error Misaligned Operand"
     assert isinstance(library.gemm, ctypes._CFuncPtr)
-    assert sorted(os.listdir(os.getcwd())) == cwd_before
+    assert os.listdir(workdir) == []
     assert tempfile.tempdir == tempdir_before

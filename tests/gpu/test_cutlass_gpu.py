@@ -180,9 +180,13 @@ def test_every_tuning_candidate_is_correct(dtype):
     a = _matrix(dtype, 1, 200, 136, "row", gen, False)
     b = _matrix(dtype, 1, 136, 264, "row", gen, False)
     problem = _problem(a, b, None, dtype, "float32", None)
-    configs = BACKEND.configs(problem)[:CANDIDATES_PER_DTYPE]
+    every = BACKEND.configs(problem)
+    configs = every[:CANDIDATES_PER_DTYPE]
     assert [c.name for c in configs] == \
         [c.name for c in BACKEND.configs(_candidate_problem(dtype))[:CANDIDATES_PER_DTYPE]]
+    kernels = {c.name for c in configs}
+    configs += [c for c in every if c.get("swizzle") != 1 and c.get("kernel") in kernels]
+    assert any(c.get("swizzle") == 8 for c in configs)
     assert backend_module.prepare_many(problem, configs) == configs
     for config in configs:
         d = _run(problem, a, b, None, 1.0, 0.0, config)
