@@ -10,7 +10,7 @@ removed ``cuda.cuda`` modules, writes into the working directory and costs milli
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
 from multibackend import cutlass_build, cutlass_emit, dtypes, toolchain
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
@@ -90,15 +90,22 @@ class KernelRefused(MultibackendError, RuntimeError):
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
-@dataclass
 class _Prepared:
-    """What a launch needs, computed once per (problem, config)."""
+    """What a launch needs, computed once per (problem, config): the entry point, the sizes
+    and strides as a C array (its address passed on each call), and the checks to make."""
 
-    library: cutlass_build.Library
-    args: tuple[int, ...]
-    integer: bool
-    d_align_bytes: int
-    swizzle: int
+    __slots__ = ("library", "gemm", "shape", "shape_address", "integer", "d_align_mask",
+                 "has_c")
+
+    def __init__(self, library: cutlass_build.Library, args: tuple[int, ...], swizzle: int,
+                 integer: bool, d_align_bytes: int, has_c: bool):
+        self.library = library
+        self.gemm = library.gemm
+        self.shape = (ctypes.c_int64 * (len(args) + 1))(*args, swizzle)
+        self.shape_address = ctypes.addressof(self.shape)
+        self.integer = integer
+        self.d_align_mask = d_align_bytes - 1
+        self.has_c = has_c
 
 
 class CutlassBackend(Backend):
@@ -143,16 +150,13 @@ class CutlassBackend(Backend):
         return configs + [_config(c, swizzle) for c in tma for swizzle in SWIZZLES]
 
     def versions(self) -> dict[str, str]:
-        from importlib import metadata
-
-        try:
-            cutlass_version = metadata.version("nvidia-cutlass")
-        except metadata.PackageNotFoundError:
-            cutlass_version = "not installed"
-        return {"nvidia-cutlass": cutlass_version, "nvcc": toolchain.nvcc_version() or "none"}
+        return {"nvidia-cutlass": cutlass_build.cutlass_version(),
+                "nvcc": toolchain.nvcc_version() or "none"}
 
     def prepare(self, problem: Problem, config: Config) -> None:
-        self._prepare(problem, config)
+        last = self._last
+        if last[0] is not problem or last[1] is not config:
+            self._last = (problem, config, self._prepare(problem, config))
 
     def _prepare(self, problem: Problem, config: Config) -> _Prepared:
         key = (problem, config.name)
@@ -166,12 +170,11 @@ class CutlassBackend(Backend):
                                        candidate.name)
             library = self._libraries[candidate] = cutlass_build.load(path)
         size = int(dtypes.get(problem.d_dtype).itemsize)
+        d_align = 16 if candidate.is_3x and config.get("epilogue") == "tma" else \
+            candidate.operation.D.alignment * size
         prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
-                             candidate.integer_epilogue,
-                             candidate.operation.D.alignment * size,
-                             int(config.get("swizzle", 1)))
-        if candidate.is_3x and config.get("epilogue") == "tma":
-            prepared.d_align_bytes = 16
+                             int(config.get("swizzle", 1)), candidate.integer_epilogue,
+                             d_align, problem.has_c and problem.c is not None)
         self._prepared[key] = prepared
         return prepared
 
@@ -180,7 +183,7 @@ class CutlassBackend(Backend):
         if last[0] is problem and last[1] is config:
             prepared = last[2]
         else:
-            prepared = self._prepared.get((problem, config.name)) or self._prepare(problem, config)
+            prepared = self._prepare(problem, config)
             self._last = (problem, config, prepared)
         alpha, beta = operands.alpha, operands.beta
         if prepared.integer and (alpha != int(alpha) or beta != int(beta)):
@@ -188,20 +191,22 @@ class CutlassBackend(Backend):
                                   f"{problem.d_dtype} CUTLASS kernel scales in int32, so alpha "
                                   "and beta must be integers")
         d = operands.d.data_ptr()
-        if d % prepared.d_align_bytes:
-            raise InvalidArgument(f"operands.d pointer {d:#x} is not {prepared.d_align_bytes}-byte"
-                                  " aligned, as the CUTLASS kernel's epilogue needs")
-        if problem.has_c and operands.c is not None:
+        if d & prepared.d_align_mask:
+            raise InvalidArgument(f"operands.d pointer {d:#x} is not "
+                                  f"{prepared.d_align_mask + 1}-byte aligned, as the CUTLASS "
+                                  "kernel's epilogue needs")
+        if prepared.has_c:
             c = operands.c.data_ptr()
         else:
             c, beta = d, 0
-        status = prepared.library.gemm(
-            *prepared.args[:4], operands.b.data_ptr(), operands.a.data_ptr(), c, d,
-            *prepared.args[4:], float(alpha), float(beta), prepared.swizzle, operands.stream)
+        # the kernel computes D^T = B^T A^T: its A is our B
+        status = prepared.gemm(prepared.shape_address, operands.b.data_ptr(),
+                               operands.a.data_ptr(), c, d, alpha, beta, operands.stream)
         if status:
-            raise KernelRefused(f"CUTLASS kernel {prepared.library.kernel_name} refused "
-                               f"{problem.describe()}: {prepared.library.status_string(status)}"
-                               f" ({prepared.library.cuda_error_string()})")
+            library = prepared.library
+            raise KernelRefused(f"CUTLASS kernel {library.kernel_name} refused "
+                                f"{problem.describe()}: {library.status_string(status)} "
+                                f"({library.cuda_error_string()})")
 
 
 def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:

@@ -1,8 +1,9 @@
 """Compile emitted CUTLASS sources with nvcc into shared libraries, cache them, load them.
 
 Each kernel is one ``.so`` under ``cache_dir("cutlass")``, named by a digest of its source, the
-nvcc flags, nvcc's version and the target arch, so a change to any of them builds anew and an
-unchanged kernel is never built twice: a second process loads what the first built. nvcc runs
+nvcc flags, nvcc's version, the target arch and nvidia-cutlass's version (its headers), so a
+change to any of them builds anew and an unchanged kernel is never built twice: a second
+process loads what the first built. nvcc runs
 in a private temporary directory under the cache (never the caller's working directory); the
 result is checked, then moved into place with ``os.replace`` beside a SHA-256 sidecar written
 last. A per-kernel lock file serializes two processes building the same kernel; a library
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -26,7 +28,7 @@ from . import cache, toolchain
 from .errors import CompileError
 
 ELF_MAGIC = b"\x7fELF"
-NVCC_GB = 2.5  # peak resident memory of one nvcc building one CUTLASS kernel
+NVCC_GB = 3.5  # peak resident memory (GiB) of one nvcc building one CUTLASS 3.x kernel
 
 
 def cutlass_include_dirs() -> list[Path]:
@@ -51,10 +53,21 @@ def nvcc_flags(arch: str) -> list[str]:
             f"-gencode=arch=compute_{arch},code=sm_{arch}"]
 
 
+@functools.lru_cache(maxsize=None)
+def cutlass_version() -> str:
+    """The installed nvidia-cutlass version (its headers are what the source includes)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("nvidia-cutlass")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def artifact_key(source: str, arch: str) -> str:
-    """The cache key of a kernel: its source, flags, nvcc version and arch."""
+    """The cache key of a kernel: its source, flags, nvcc version, arch and CUTLASS version."""
     version = toolchain.nvcc_version() or "none"
-    return cache.digest(source, " ".join(nvcc_flags(arch)), version, arch)
+    return cache.digest(source, " ".join(nvcc_flags(arch)), version, arch, cutlass_version())
 
 
 def library_path(key: str) -> Path:
@@ -159,9 +172,10 @@ class Library:
         self.path = path
         self.dll = ctypes.CDLL(str(path))
         fn = self.dll.mb_gemm
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        fn.argtypes = ([ctypes.c_int] * 4 + [ptr] * 4 + [i64] * 8 + [ctypes.c_double] * 2
-                       + [ctypes.c_int, ptr])
+        ptr = ctypes.c_void_p
+        # (shape array, a, b, c, d, alpha, beta, stream): few arguments, since ctypes pays
+        # for each one on every call
+        fn.argtypes = [ptr] * 5 + [ctypes.c_double] * 2 + [ptr]
         fn.restype = ctypes.c_int
         self.gemm = fn
         for name in ("mb_status_string", "mb_cuda_error_string", "mb_kernel_name"):

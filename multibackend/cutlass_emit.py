@@ -328,11 +328,14 @@ ${build_args}
 
 }  // namespace
 
-extern "C" int mb_gemm(int m, int n, int k, int batch,
-                       const void* a, const void* b, const void* c, void* d,
-                       int64_t lda, int64_t ldb, int64_t ldc, int64_t ldd,
-                       int64_t sa, int64_t sb, int64_t sc, int64_t sd,
-                       double alpha, double beta, int swizzle, void* stream) {
+// shape: m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd (elements), CTA swizzle
+extern "C" int mb_gemm(const int64_t* shape, const void* a, const void* b, const void* c,
+                       void* d, double alpha, double beta, void* stream) {
+  const int m = static_cast<int>(shape[0]), n = static_cast<int>(shape[1]);
+  const int k = static_cast<int>(shape[2]), batch = static_cast<int>(shape[3]);
+  const int64_t lda = shape[4], ldb = shape[5], ldc = shape[6], ldd = shape[7];
+  const int64_t sa = shape[8], sb = shape[9], sc = shape[10], sd = shape[11];
+  const int swizzle = static_cast<int>(shape[12]);
   ${launch}
 }
 
@@ -499,8 +502,9 @@ def emit(candidate: Candidate) -> str:
 
 
 def kernel_args(problem: Problem) -> tuple[int, ...]:
-    """The launcher's size and stride arguments for ``problem`` (the kernel's transposed view):
-    (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements."""
+    """The launcher's sizes and strides for ``problem`` (the kernel's transposed view):
+    (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements; ``mb_gemm`` takes
+    them, then the CTA swizzle, as one array."""
     m, n = problem.n, problem.m
     ldd = max(problem.n, 1)
     sd = problem.m * problem.n if problem.batch > 1 else 0
