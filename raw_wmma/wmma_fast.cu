@@ -39,6 +39,8 @@ template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
     return __float2bfloat16_rn(v);
 }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // Copies rows [r0, r0 + R) x cols [c0, c0 + C) of a matrix with contiguous columns and row
 // stride ld into a shared [R][C + pad] tile, 16 bytes per cp.async, zero outside rows x cols.
@@ -189,7 +191,8 @@ struct FastGemm {
     }
 
     // Writes D[bi, gm, gn .. gn + 8) from 8 accumulators: one 16-byte store when the whole run
-    // is inside the row and D's rows are 16-byte aligned, else element by element.
+    // is inside the row and D's rows are 16-byte aligned, else element by element. C and D
+    // hold T or float (d_code / c_code say which).
     __device__ static void store8(const Epilogue& ep, int bi, int gm, int gn, int M, int N,
                                   const float* src, int vec_ok) {
         const float4 lo = *reinterpret_cast<const float4*>(src);
@@ -197,12 +200,15 @@ struct FastGemm {
         float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
         const float alpha = static_cast<float>(ep.alpha), beta = static_cast<float>(ep.beta);
         const bool with_c = ep.c != nullptr && ep.beta != 0.0;
+        const long long c0 = bi * ep.sbc + gm * ep.scm + gn * ep.scn;
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
             v[e] *= alpha;
-            if (with_c && gn + e < N)
-                v[e] += beta * static_cast<float>(load_as_double(
-                                   ep.c, bi * ep.sbc + gm * ep.scm + (gn + e) * ep.scn, ep.c_code));
+            if (with_c && gn + e < N) {
+                const long long ci = c0 + e * ep.scn;
+                v[e] += beta * (ep.c_code == kF32 ? static_cast<const float*>(ep.c)[ci]
+                                                  : to_float(static_cast<const T*>(ep.c)[ci]));
+            }
         }
         const long long base = (static_cast<long long>(bi) * M + gm) * N + gn;
         if (vec_ok && gn + 8 <= N) {
@@ -213,10 +219,11 @@ struct FastGemm {
 #pragma unroll
             for (int e = 0; e < 8; ++e) pack.h[e] = from_float<T>(v[e]);
             *reinterpret_cast<uint4*>(static_cast<T*>(ep.d) + base) = pack.u;
+        } else if (ep.d_code == kF32) {
+            for (int e = 0; e < 8 && gn + e < N; ++e) static_cast<float*>(ep.d)[base + e] = v[e];
         } else {
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                if (gn + e < N) store_from_double(ep.d, base + e, ep.d_code, v[e], false);
+            for (int e = 0; e < 8 && gn + e < N; ++e)
+                static_cast<T*>(ep.d)[base + e] = from_float<T>(v[e]);
         }
     }
 };
@@ -240,7 +247,7 @@ struct FastGemm {
         }                                                                                         \
     }
 
-// MINB: resident blocks per SM the register budget is cut for (2 for 128 x 128 tiles).
+// MINB: resident blocks per SM the register budget is cut for (2: at most 128 registers).
 #define RW_FAST_LAYOUTS(PREFIX, T, BM, BN, WM, WN, ST, MINB)           \
     RW_FAST(PREFIX##_rr, T, true, true, BM, BN, WM, WN, ST, MINB)      \
     RW_FAST(PREFIX##_rc, T, true, false, BM, BN, WM, WN, ST, MINB)     \
@@ -248,10 +255,8 @@ struct FastGemm {
     RW_FAST(PREFIX##_cc, T, false, false, BM, BN, WM, WN, ST, MINB)
 
 RW_FAST_LAYOUTS(rw_fast_f16_128x128x32_s3, __half, 128, 128, 2, 4, 3, 2)
-RW_FAST_LAYOUTS(rw_fast_f16_128x128x32_s4, __half, 128, 128, 2, 4, 4, 2)
+RW_FAST_LAYOUTS(rw_fast_f16_128x128x32_s4, __half, 128, 128, 2, 4, 4, 1)
 RW_FAST_LAYOUTS(rw_fast_f16_128x256x32_s3, __half, 128, 256, 2, 4, 3, 1)
-RW_FAST_LAYOUTS(rw_fast_f16_256x128x32_s3, __half, 256, 128, 4, 2, 3, 1)
 RW_FAST_LAYOUTS(rw_fast_bf16_128x128x32_s3, __nv_bfloat16, 128, 128, 2, 4, 3, 2)
-RW_FAST_LAYOUTS(rw_fast_bf16_128x128x32_s4, __nv_bfloat16, 128, 128, 2, 4, 4, 2)
+RW_FAST_LAYOUTS(rw_fast_bf16_128x128x32_s4, __nv_bfloat16, 128, 128, 2, 4, 4, 1)
 RW_FAST_LAYOUTS(rw_fast_bf16_128x256x32_s3, __nv_bfloat16, 128, 256, 2, 4, 3, 1)
-RW_FAST_LAYOUTS(rw_fast_bf16_256x128x32_s3, __nv_bfloat16, 256, 128, 4, 2, 3, 1)
