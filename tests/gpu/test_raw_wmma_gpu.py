@@ -1,0 +1,288 @@
+"""GPU tier of the raw WMMA backend: every dtype x layout x config through the public calls,
+on fresh random ragged shapes, against float64; integer, sub-byte and b1 results exact;
+outputs poisoned before every run so an element a kernel skipped fails.
+
+Every kernel the module runs is compiled first, in parallel processes (NVRTC, cached on
+disk), so the tests themselves only load cubins.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy")
+
+import multibackend  # noqa: E402
+from multibackend import nvrtc, packing, reference  # noqa: E402
+from multibackend.backends import raw_wmma as rw  # noqa: E402
+from multibackend.problem import synthetic, synthetic_dot  # noqa: E402
+from multibackend.raw_wmma import SOURCE_DIR  # noqa: E402
+from tests.helpers import poisoned, random_tensor  # noqa: E402
+
+BACKEND = rw.create()
+DEVICE = "cuda"
+LAYOUTS = list(itertools.product(("row", "col"), repeat=2))
+#: (dtype, output, accumulator, precision)
+FLOAT_TYPES = [
+    ("float16", "float16", "float32", None),
+    ("float16", "float32", "float32", None),
+    ("float16", "float16", "float16", None),
+    ("bfloat16", "bfloat16", "float32", None),
+    ("bfloat16", "float32", "float32", None),
+    ("float32", "float32", "float32", "tf32"),
+    ("float64", "float64", "float64", None),
+]
+INT_TYPES = [("int8", "int32", "int32", None), ("uint8", "int32", "int32", None)]
+#: ragged (M, N, K) cases; each test takes a few of them in turn, all of them appear
+SHAPES = [(1, 1, 1), (7, 17, 16), (16, 31, 17), (127, 129, 31), (1000, 7, 129),
+          (17, 1000, 127), (129, 16, 1000), (33, 65, 4097), (31, 7, 7), (129, 127, 16)]
+
+
+def _cc() -> tuple[int, int]:
+    return torch.cuda.get_device_capability()
+
+
+def _arch() -> str:
+    major, minor = _cc()
+    return f"sm_{major}{minor}"
+
+
+def _torch_dtype(name: str):
+    return getattr(torch, name)
+
+
+def _gen(*key) -> torch.Generator:
+    return torch.Generator().manual_seed(hash(key) % (2**31))
+
+
+def _matrix(batch, rows, cols, layout, dtype, gen, *, pad=1, small_int=False):
+    """A (batch, rows, cols) view in ``layout`` whose leading dimension is rounded up to
+    ``pad`` elements (the rest of each row is never read)."""
+    if layout == "row":
+        ld = -(-cols // pad) * pad
+        base = random_tensor((batch, rows, ld), dtype, DEVICE, generator=gen, small_int=small_int)
+        return base[:, :, :cols]
+    ld = -(-rows // pad) * pad
+    base = random_tensor((batch, cols, ld), dtype, DEVICE, generator=gen, small_int=small_int)
+    return base[:, :, :rows].transpose(1, 2)
+
+
+def _run_and_check(t, layouts, config, m, n, k, *, batch=1, with_c=False, pad=1):
+    dtype, out, acc, precision = t
+    gen = _gen(t, layouts, config, m, n, k, batch)
+    is_int = dtype in ("int8", "uint8")
+    tdt = _torch_dtype(dtype)
+    a = _matrix(batch, m, k, layouts[0], tdt, gen, pad=pad)
+    b = _matrix(batch, k, n, layouts[1], tdt, gen, pad=pad)
+    odt = _torch_dtype(out)
+    c = random_tensor((batch, m, n), odt, DEVICE, generator=gen) if with_c else None
+    alpha, beta = ((2, -1) if is_int else (0.5, 2.0)) if with_c else (1, None)
+    d = poisoned((batch, m, n), odt, DEVICE)
+    multibackend.matmul(a, b, c, alpha=alpha, beta=beta, out=d, out_dtype=out, acc_dtype=acc,
+                        precision=precision, backend="raw_wmma", config=config)
+    ref = reference.reference_matmul(a, b, c, alpha, beta if with_c else 0)
+    problem = synthetic(m, n, k, dtype, batch=batch, out_dtype=out, acc=acc,
+                        precision=precision, has_c=with_c)
+    cmp = reference.compare(problem, d, ref)
+    assert cmp.ok, (f"{dtype}->{out} acc {acc} {layouts} {config} {batch}x{m}x{n}x{k}: "
+                    f"{cmp.detail}")
+
+
+def _problem(t, layouts, m=200, n=264, k=136, pad=8):
+    dtype, out, acc, precision = t
+    return synthetic(m, n, k, dtype, a_layout=layouts[0], b_layout=layouts[1], out_dtype=out,
+                     acc=acc, precision=precision, cc=None)
+
+
+def _plan():
+    """(type, layouts, config name) for every case below."""
+    for t in FLOAT_TYPES + INT_TYPES:
+        for layouts in LAYOUTS:
+            for config in BACKEND.configs(_problem(t, layouts)):
+                yield t, layouts, config.name
+
+
+PLAN = list(_plan())
+
+
+def _compile(source_and_name: tuple[str, str, str]) -> None:
+    source, name, arch = source_and_name
+    nvrtc.compile_cubin(SOURCE_DIR / source, name, arch, [f"RW_ONLY={name}"])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compiled_kernels():
+    """Compile every kernel of the plan (and the sub-byte and dot kernels) in parallel."""
+    arch = _arch()
+    jobs = set()
+    for t, layouts, name in PLAN:
+        problem = _problem(t, layouts)
+        config = next(c for c in BACKEND.configs(problem) if c.name == name)
+        kernel = rw.kernel_for(problem, config)
+        jobs.add((kernel.source, kernel.name, arch))
+    for kind in ("s4", "u4", "b1xor", "b1and"):
+        jobs.add(("wmma_subbyte.cu", f"rw_gemm_{kind}_s32_8x8x{128 if kind[0] == 'b' else 32}",
+                  arch))
+    for short in ("f16", "bf16", "f32", "f64"):
+        for form in ("vec", "strided"):
+            jobs.add(("dot.cu", f"rw_dot_{short}_{form}", arch))
+    jobs |= {("dot.cu", "rw_dot_f16_vec_hfma2", arch), ("dot.cu", "rw_dot_final_f32", arch),
+             ("dot.cu", "rw_dot_final_f64", arch)}
+    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+        list(pool.map(_compile, sorted(jobs)))
+
+
+@pytest.mark.parametrize("t,layouts,config", PLAN,
+                         ids=[f"{t[0]}-{t[1]}-acc{t[2]}-{l[0][0]}{l[1][0]}-{c}"
+                              for t, l, c in PLAN])
+def test_matmul_every_dtype_layout_config(t, layouts, config):
+    index = PLAN.index((t, layouts, config))
+    shapes = [SHAPES[(index + i) % len(SHAPES)] for i in range(3)]
+    # fast configs need 16-byte aligned rows: keep ld a multiple of 8, the sizes ragged
+    pad = 8 if config.startswith("fast_") else 1
+    for m, n, k in shapes:
+        _run_and_check(t, layouts, config, m, n, k, pad=pad)
+    _run_and_check(t, layouts, config, 37, 45, 53, batch=3, with_c=True, pad=pad)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fast_kernel_on_large_ragged_shape(dtype):
+    t = (dtype, dtype, "float32", None)
+    _run_and_check(t, ("row", "row"), "fast_128x256x32_s3", 1000, 1031, 1029, pad=8)
+    _run_and_check(t, ("col", "col"), "fast_128x128x32_s4", 257, 383, 4097, pad=8)
+
+
+def test_misaligned_operands_take_the_generic_kernel():
+    gen = _gen("misaligned")
+    m, n, k = 129, 65, 77
+    flat = random_tensor((m * k + 1,), torch.float16, DEVICE, generator=gen)
+    a = flat[1:].view(m, k)  # pointer 2 bytes off, ld 77 halves
+    b = random_tensor((k, n), torch.float16, DEVICE, generator=gen)
+    explained = multibackend.explain(a, b, backend="raw_wmma")
+    assert "16-byte aligned" in str(explained)
+    d = poisoned((m, n), torch.float16, DEVICE)
+    multibackend.matmul(a, b, out=d, backend="raw_wmma")
+    cmp = reference.compare(synthetic(m, n, k), d, reference.reference_matmul(a, b))
+    assert cmp.ok, cmp.detail
+
+
+def test_strided_operand():
+    gen = _gen("strided")
+    base = random_tensor((3, 40, 50), torch.float16, DEVICE, generator=gen)
+    a = base[:, ::2, ::3][0]  # neither row- nor column-major
+    b = random_tensor((a.shape[1], 19), torch.float16, DEVICE, generator=gen)
+    d = poisoned((a.shape[0], 19), torch.float16, DEVICE)
+    multibackend.matmul(a, b, out=d, backend="raw_wmma")
+    cmp = reference.compare(synthetic(a.shape[0], 19, a.shape[1]), d,
+                            reference.reference_matmul(a, b))
+    assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("acc", ["float32", "float16"])
+def test_saturate(acc):
+    m, n, k = 20, 24, 16
+    a = torch.full((m, k), 300.0, dtype=torch.float16, device=DEVICE)
+    b = torch.full((k, n), 300.0, dtype=torch.float16, device=DEVICE)
+    a[3, 5] = float("nan")
+    b[:, 7] = -300.0
+    d = poisoned((m, n), torch.float16, DEVICE)
+    multibackend.matmul(a, b, out=d, acc_dtype=acc, saturate=True, backend="raw_wmma")
+    expect = torch.full((m, n), 65504.0, dtype=torch.float32, device=DEVICE)
+    expect[:, 7] = -65504.0
+    expect[3, :] = 0.0  # NaN -> +0
+    assert torch.equal(d.float(), expect)
+    plain = multibackend.matmul(a, b, acc_dtype=acc, backend="raw_wmma")
+    assert torch.isinf(plain[0, 0])
+
+
+PACKED = [("int4", None), ("uint4", None), ("bit", "xor"), ("bit", "and")]
+PACKED_SHAPES = [(1, 1, 8), (7, 9, 30), (33, 65, 128), (129, 17, 250), (64, 130, 1000),
+                 (5, 3, 4097)]
+
+
+def _packed_operands(kind, m, n, k, layouts, gen, batch=1):
+    if kind == "bit":
+        a = torch.randint(0, 2, (batch, m, k), generator=gen)
+        b = torch.randint(0, 2, (batch, k, n), generator=gen)
+        ap, bp = packing.pack_bits(a, -1), packing.pack_bits(b, -2)
+    else:
+        lo, hi = (-8, 8) if kind == "int4" else (0, 16)
+        a = torch.randint(lo, hi, (batch, m, k), generator=gen)
+        b = torch.randint(lo, hi, (batch, k, n), generator=gen)
+        signed = kind == "int4"
+        ap, bp = packing.pack_int4(a, -1, signed=signed), packing.pack_int4(b, -2, signed=signed)
+    ap, bp = ap.to(DEVICE), bp.to(DEVICE)
+    if layouts[0] == "col":
+        ap = ap.transpose(1, 2).contiguous().transpose(1, 2)
+    if layouts[1] == "col":
+        bp = bp.transpose(1, 2).contiguous().transpose(1, 2)
+    return ap, bp
+
+
+@pytest.mark.parametrize("kind,op", PACKED)
+@pytest.mark.parametrize("layouts", LAYOUTS)
+def test_packed_matmul_exact(kind, op, layouts):
+    for i, (m, n, k) in enumerate(PACKED_SHAPES):
+        batch = 2 if i == 2 else 1
+        gen = _gen(kind, op, layouts, m, n, k)
+        ap, bp = _packed_operands(kind, m, n, k, layouts, gen, batch)
+        kp = ap.shape[-1] * packing.PER_BYTE[kind]
+        d = poisoned((batch, m, n), torch.int32, DEVICE)
+        if kind == "bit":
+            multibackend.binary_matmul(ap, bp, op=op, out=d, backend="raw_wmma")
+        else:
+            multibackend.matmul(ap, bp, dtype=kind, out=d, backend="raw_wmma")
+        ref = packing.reference_packed(synthetic(m, n, kp, kind, bitop=op, batch=batch), ap, bp)
+        assert torch.equal(d.to(torch.int64), ref), f"{kind} {op} {layouts} {m}x{n}x{k}"
+
+
+def test_packing_round_trips_on_the_device():
+    gen = _gen("pack")
+    v = torch.randint(-8, 8, (5, 37), generator=gen).to(DEVICE)
+    assert torch.equal(packing.unpack_int4(packing.pack_int4(v), length=37).long(), v)
+    bits = torch.randint(0, 2, (37, 5), generator=gen).to(DEVICE)
+    assert torch.equal(packing.unpack_bits(packing.pack_bits(bits, 0), 0, length=37).long(), bits)
+
+
+DOT_SIZES = [1, 7, 8, 9, 1000, 4097, (1 << 20) + 3]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("form", ["contiguous", "offset", "strided"])
+@pytest.mark.parametrize("config", list(rw.BLOCKS_PER_SM))
+def test_dot(dtype, form, config):
+    tdt = _torch_dtype(dtype)
+    for n in DOT_SIZES:
+        gen = _gen("dot", dtype, form, n)
+        span = {"contiguous": n, "offset": n + 1, "strided": 2 * n}[form]
+        x_all = random_tensor((span,), tdt, DEVICE, generator=gen)
+        y_all = random_tensor((span,), tdt, DEVICE, generator=gen)
+        if form == "offset":
+            x, y = x_all[1:], y_all[1:]
+        elif form == "strided":
+            x, y = x_all[::2], y_all[::2]
+        else:
+            x, y = x_all, y_all
+        got = multibackend.dot(x, y, backend="raw_wmma", config=config)
+        problem = synthetic_dot(n, dtype)
+        cmp = reference.compare(problem, got.reshape(1), reference.reference_dot(x, y))
+        assert cmp.ok, f"{dtype} {form} n={n}: {cmp.detail}"
+
+
+def test_dot_f16_accumulator_uses_hfma2_within_its_bound():
+    n = (1 << 22) + 5
+    gen = _gen("hfma2")
+    x = random_tensor((n,), torch.float16, DEVICE, generator=gen)
+    y = random_tensor((n,), torch.float16, DEVICE, generator=gen)
+    got = multibackend.dot(x, y, acc_dtype="float16", backend="raw_wmma")
+    cmp = reference.compare(synthetic_dot(n, acc="float16"), got.reshape(1),
+                            reference.reference_dot(x, y))
+    assert cmp.ok, cmp.detail
+    assert math.isfinite(float(got))
