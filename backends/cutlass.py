@@ -19,7 +19,8 @@ from multibackend.problem import Problem
 
 NAME = "cutlass"
 LAYOUTS = ("row", "col")
-TN = "A row-major and B column-major (both K-major)"
+TN = "A row-major and B column-major"
+K_MAJOR_ONLY = ("int8", "uint8", "float8_e4m3fn", "float8_e5m2")
 
 RULES = (
     DtypeRule("float16", accs=("float32", "float16"), outs=("float16", "float32"),
@@ -27,7 +28,8 @@ RULES = (
               note="sm_90: 3.x TMA warp-specialized (sm_90a); 1-element alignment: 2.x sm_75"),
     DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16", "float32"), min_cc=(8, 0),
               a_layouts=LAYOUTS, b_layouts=LAYOUTS,
-              note="sm_90: 3.x TMA warp-specialized (sm_90a); needs 2-element alignment"),
+              note="sm_90: 3.x TMA warp-specialized (sm_90a); 1-element alignment: sm_75-style "
+                   "2.x kernels retyped to bf16 (sm_80+)"),
     DtypeRule("float32", accs=("float32",), outs=("float32",), min_cc=(8, 0),
               a_layouts=LAYOUTS, b_layouts=LAYOUTS, precisions=("tf32", "tf32x3", "ieee"),
               note="tf32: 3.x WGMMA on sm_90; tf32x3: 2.x 3xTF32; ieee: 2.x SIMT (slow)"),
@@ -121,6 +123,10 @@ class CutlassBackend(Backend):
             import cutlass_library  # noqa: F401
         except ImportError as exc:
             return self.unavailable("import", f"nvidia-cutlass is not installed ({exc})")
+        try:
+            cutlass_build.cutlass_include_dirs()
+        except FileNotFoundError as exc:
+            return self.unavailable("headers", str(exc))
         if toolchain.find_nvcc() is None:
             return self.unavailable("nvcc", "nvcc not found (set CUDA_HOME or put nvcc on PATH)")
         try:
@@ -139,7 +145,11 @@ class CutlassBackend(Backend):
     def supports(self, problem: Problem) -> Reason | None:
         if problem.in_dtype in NOT_WIRED:
             return Reason(NAME, "dtype", NOT_WIRED[problem.in_dtype])
-        return CAPABILITY.check(problem)
+        reason = CAPABILITY.check(problem)
+        if reason is not None and reason.rule == "layout" and problem.in_dtype in K_MAJOR_ONLY:
+            return Reason(NAME, "layout", f"{reason.message}: CUTLASS's 8-bit tensor-core "
+                                          f"kernels read both operands K-major ({TN})")
+        return reason
 
     def configs(self, problem: Problem) -> list[Config]:
         """Every kernel for ``problem`` (tile, cluster, schedule, epilogue), the default first,

@@ -56,6 +56,9 @@ _GEN_2X = {"f16": ("GenerateSM80_TensorOp_16816", "GenerateSM75_TensorOp_1688"),
            "s8": ("GenerateSM80_TensorOp_16832_TN",),
            "u8": ("GenerateSM80_TensorOp_16832_TN",)}
 
+#: kernels made by retyping another type's generator kernels: key -> (function, source type)
+_RETYPED = {"bf16": ("GenerateSM75_TensorOp_1688", "f16")}
+
 #: 3.x kernel schedule -> our short name, in order of preference for large problems
 SCHEDULES_3X = {"TmaWarpSpecializedCooperative": "cooperative",
                 "TmaWarpSpecializedPingpong": "pingpong",
@@ -100,6 +103,32 @@ def generated(function: str, cc: int) -> tuple:
                  if getattr(op, "gemm_kind", None) in (GemmKind.Universal, GemmKind.Universal3x))
 
 
+@functools.lru_cache(maxsize=None)
+def retyped(function: str, cc: int, key: str) -> tuple:
+    """A generator's operations with their 16-bit operands changed to ``key``'s type.
+
+    The generator stamps out 1-element-aligned 16-bit kernels only for f16 (sm_75's pipelined
+    mma.sync m16n8k8 kernels, which load with plain loads; the sm_80 multistage kernels need
+    cp.async's 4-byte minimum). The same 16x8x8 instruction exists for bf16 on sm_80+, so
+    bf16 at 1-element alignment is those kernels retyped."""
+    from cutlass_library.library import DataType
+
+    source, target = getattr(DataType, _RETYPED[key][1]), getattr(DataType, key)
+    found = []
+    for op in generated(function, cc):
+        if op.A.element != source or op.accumulator_type() != DataType.f32:
+            continue
+        op = copy.deepcopy(op)
+        for tensor in (op.A, op.B, op.C, op.D):
+            if tensor.element == source:
+                tensor.element = target
+        math = op.tile_description.math_instruction
+        math.element_a = math.element_b = target
+        op.__dict__.pop("_procedural_name", None)  # a cached property: name it anew
+        found.append(op)
+    return tuple(found)
+
+
 def element_key(problem: Problem) -> str:
     """The generator's name for the problem's operand type ("tf32"/"tf32x3"/"ieee" for f32)."""
     if problem.in_dtype == "float32":
@@ -132,15 +161,16 @@ def output_alignment(problem: Problem) -> int:
     return align
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Candidate:
     """One CUTLASS kernel that can run a family of Problems: the generator's operation with
-    alignments set for the problem, where it comes from and how it is named as a Config."""
+    alignments set for the problem, where it comes from and how it is named as a Config.
+    Compared by identity: two operations of one name may differ in their C alignment."""
 
     name: str
     params: tuple
     operation: object
-    family: str  # "3x_tma", "3x_cpasync" or "2x"
+    family: str  # "3x_tma", "3x_cpasync", "2x" or "2x_retyped"
     arch: str  # nvcc target, e.g. "90a" or "80"
 
     @property
@@ -203,7 +233,7 @@ def _candidate(op, family: str, cc: tuple[int, int], out_align: int) -> Candidat
     from cutlass_library.library import DataTypeSize
 
     tile = op.tile_description.threadblock_shape
-    if family == "2x":
+    if family.startswith("2x"):
         if op.arch > cc[0] * 10 + cc[1]:
             return None
         op = copy.deepcopy(op)
@@ -247,6 +277,8 @@ def _families(key: str, cc: tuple[int, int]) -> list[tuple[str, tuple[str, ...]]
         found.append(("3x_cpasync", (_GEN_3X_CPASYNC[key],)))
     if key in _GEN_2X:
         found.append(("2x", _GEN_2X[key]))
+    if key in _RETYPED:
+        found.append(("2x_retyped", (_RETYPED[key][0],)))
     return found
 
 
@@ -270,7 +302,10 @@ def _candidates(key: str, d_dtype: str, acc: str, a_layout: str, b_layout: str, 
     for family, functions in _families(key, cc):
         chosen: dict[str, Candidate] = {}
         for function in functions:
-            for op in generated(function, 90 if family != "2x" else cc[0] * 10 + cc[1]):
+            arch = cc[0] * 10 + cc[1] if family.startswith("2x") else 90
+            ops = retyped(function, arch, key) if family == "2x_retyped" else \
+                generated(function, arch)
+            for op in ops:
                 if op.A.layout != layout_a or op.B.layout != layout_b:
                     continue
                 if op.A.alignment > avail_a or op.B.alignment > avail_b:
@@ -286,7 +321,7 @@ def _candidates(key: str, d_dtype: str, acc: str, a_layout: str, b_layout: str, 
                     chosen[cand.name] = cand
         if chosen:
             found = list(chosen.values())
-            if family != "2x":
+            if not family.startswith("2x"):
                 found.sort(key=_rank_3x)
             return tuple(found)
     return ()
@@ -322,7 +357,7 @@ using MbGemm = cutlass::gemm::device::GemmUniversalAdapter<${operation_name}>;
 using MbCompute = ${element_compute};
 ${element_types}
 
-cudaError_t mb_last_error = cudaSuccess;
+thread_local cudaError_t mb_last_error = cudaSuccess;
 
 ${build_args}
 

@@ -116,6 +116,11 @@ def test_ragged_f16_falls_back_to_smaller_alignment_kernels():
     assert four[0].get("family") == "3x_cpasync"
     one = BACKEND.configs(synthetic(33, 17, 9, "float16"))
     assert one[0].get("family") == "2x" and one[0].get("schedule") == "sm75"
+    bf16 = BACKEND.configs(synthetic(33, 17, 9, "bfloat16", a_layout="col"))
+    assert bf16[0].get("family") == "2x_retyped" and bf16[0].get("schedule") == "sm75"
+    source = cutlass_emit.emit(backend_module.candidate_for(
+        synthetic(33, 17, 9, "bfloat16"), bf16[0]))
+    assert "half_t" not in source and "cutlass::bfloat16_t" in source
 
 
 def test_odd_output_width_uses_a_non_tma_epilogue():
@@ -126,10 +131,11 @@ def test_odd_output_width_uses_a_non_tma_epilogue():
 @pytest.mark.parametrize("kwargs, rule, words", [
     ({"dtype": "int4", "a_layout": "row", "b_layout": "col"}, "dtype", "16864_TN"),
     ({"dtype": "bit", "a_layout": "row", "b_layout": "col"}, "dtype", "168256"),
-    ({"dtype": "int8"}, "layout", "B is row-major"),
+    ({"dtype": "int8"}, "layout", "K-major"),
     ({"dtype": "float8_e4m3fn", "a_layout": "row", "b_layout": "col", "cc": (8, 9)},
      "compute-capability", "sm_90"),
-    ({"dtype": "bfloat16", "k": 33}, "alignment", "1-element alignment"),
+    ({"dtype": "float8_e5m2", "a_layout": "row", "b_layout": "col", "k": 30}, "alignment",
+     "2-element alignment"),
     ({"dtype": "int8", "a_layout": "row", "b_layout": "col", "k": 30}, "alignment", "int32"),
     ({"dtype": "float16", "acc": "float16", "out_dtype": "float32"}, "alignment", "float16"),
     ({"dtype": "float16", "cc": (7, 0)}, "compute-capability", "sm_75"),
@@ -211,7 +217,7 @@ print(cutlass_build.build(Path(sys.argv[1]).read_text(), "90a"), "compiled-nothi
 @pytest.mark.slow
 @pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
 def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
-    """An sm_90a 3.x f16 kernel (HGMMA) and a 2.x f64 kernel (DMMA) built at once; the
+    """An sm_90a 3.x f16 kernel (HGMMA) and a 2.x bf16 kernel (HMMA) built at once; the
     second build, in this process and in another, compiles nothing."""
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     workdir = tmp_path / "caller"
@@ -222,13 +228,13 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     config = Config.of("128x128x64_1x1x1_cooperative_tma")
     candidate = backend_module.candidate_for(problem, config)
     source = cutlass_emit.emit(candidate)
-    f64 = synthetic(30, 20, 10, "float64")
-    f64_candidate = backend_module.candidate_for(f64, Config.of("32x64x16_s4_sm90"))
-    path, f64_path = cutlass_build.build_many(  # in parallel, one nvcc each
+    bf16 = synthetic(33, 17, 9, "bfloat16")  # 1-element alignment: the retyped 2.x kernels
+    bf16_candidate = backend_module.candidate_for(bf16, Config.of("64x64x32_s2_sm75"))
+    path, bf16_path = cutlass_build.build_many(  # in parallel, one nvcc each
         [(source, candidate.arch, candidate.name),
-         (cutlass_emit.emit(f64_candidate), f64_candidate.arch, f64_candidate.name)], 2)
-    assert f64_candidate.arch == "90" and not f64_candidate.is_3x
-    assert re.search(r"\bDMMA\.16x8x4\b", toolchain.sass(f64_path))
+         (cutlass_emit.emit(bf16_candidate), bf16_candidate.arch, bf16_candidate.name)], 2)
+    assert bf16_candidate.arch == "90" and bf16_candidate.family == "2x_retyped"
+    assert re.search(r"\bHMMA\.1688\.F32\.BF16\b", toolchain.sass(bf16_path))
     assert path.parent == tmp_path / "cutlass"
     assert cutlass_build.cached_library(cutlass_build.artifact_key(source, "90a")) == path
     stamp = path.stat().st_mtime_ns

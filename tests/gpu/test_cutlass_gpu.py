@@ -45,6 +45,8 @@ TYPES = [
 ODD_TYPES = [
     ("float16", "float16", "float32", None, 1, 1),
     ("bfloat16", "bfloat16", "float32", None, 2, 2),
+    ("bfloat16", "bfloat16", "float32", None, 1, 1),
+    ("bfloat16", "float32", "float32", None, 1, 1),
     ("float32", "float32", "float32", "tf32", 1, 1),
     ("float32", "float32", "float32", "tf32x3", 1, 1),
 ]
@@ -169,7 +171,7 @@ def test_accepted_types_and_layouts_on_ragged_shapes(t, layouts):
 
 
 @pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(s[0] for s in x))
-@pytest.mark.parametrize("t", ODD_TYPES, ids=lambda t: f"{t[0]}-{t[3]}-align{t[4]}")
+@pytest.mark.parametrize("t", ODD_TYPES, ids=lambda t: f"{t[0]}-{t[1]}-{t[3]}-align{t[4]}")
 def test_odd_sizes_take_the_small_alignment_kernels(t, layouts):
     _run_type(t, layouts)
 
