@@ -144,6 +144,9 @@ class TritonBackend(Backend):
         tiles = [_tile_config(t) for t in POINTER_TILES[width]]
         if tma_eligible(problem):
             tiles = [_tma_config(t) for t in TMA_TILES] + tiles
+        if min(problem.m, problem.n) <= 64:
+            # a skinny product wastes most of a 128-wide tile: narrow tiles first
+            tiles.sort(key=lambda c: min(c.get("BLOCK_M"), c.get("BLOCK_N")) > 64)
         return [Config.of("autotune")] + tiles
 
     # -- matmul -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from .api import binary_matmul, dot, explain, matmul
 from .crosscheck import Report, crosscheck
 from .errors import (BackendUnavailable, CompileError, InvalidArgument, InvalidType,
                      MultibackendError, UnsupportedProblem)
+from .packing import pack_bits, pack_int4, unpack_bits, unpack_int4
 from .problem import Problem
 from .tuner import tune
 from .tuning import load_tuning
@@ -21,6 +22,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
-    "load_tuning", "tune", "MultibackendError", "InvalidArgument", "InvalidType",
+    "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits", "MultibackendError", "InvalidArgument", "InvalidType",
     "UnsupportedProblem", "BackendUnavailable", "CompileError", "__version__",
 ]
