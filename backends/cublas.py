@@ -1,9 +1,12 @@
 """cuBLAS, the vendor baseline every comparison is measured against.
 
-f16, f32 (ieee) and f64 go through CuPy (``cupy.matmul``, cuBLAS GEMM). CuPy has no bfloat16
-or fp8 arrays and no cuBLAS path for int8, and its tf32 switch is a process-wide setting read
-at import; those go through torch, which calls the same library (cuBLAS / cuBLASLt):
-``torch.matmul`` for bf16 and tf32, ``torch._int_mm`` for int8, ``torch._scaled_mm`` for fp8.
+f16, bf16, f32 (ieee and tf32) and f64 call ``cublasGemmStridedBatchedEx`` through CuPy's
+cuBLAS bindings on CuPy's cuBLAS handle, with tensor-core compute types (32F for 16-bit
+inputs, 32F_FAST_TF32 for tf32, 32F for ieee float32, 64F for float64) — not ``cupy.matmul``,
+whose float16 path does not reach the tensor cores. Row-major D = A @ B is computed as the
+column-major D^T = B^T A^T, so row- and column-major A and B run without copies; C is copied
+into D first and scaled by beta inside the GEMM. int8 and fp8 need cuBLASLt, which CuPy does
+not bind: they go through torch (``torch._int_mm``, ``torch._scaled_mm``), which calls it.
 Dot: ``cupy.dot`` for f32 and f64 (cuBLAS returns f16/bf16 dots rounded to the input type,
 while multibackend's dot returns float32, so those are not offered).
 
@@ -12,13 +15,17 @@ table may pick it where it is the fastest.
 """
 from __future__ import annotations
 
-import contextlib
-
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
 
-_CUPY_DTYPES = ("float16", "float32", "float64")
+#: cudaDataType and cublasComputeType numbers for the GEMMs called through CuPy
+_DATA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
+_COMPUTE = {"float16": 68, "bfloat16": 68, "float64": 70}
+_COMPUTE_F32 = {"ieee": 68, "tf32": 77}
+_SCALAR = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
+_OP_N, _OP_T = 0, 1
+_GEMM_DEFAULT = -1
 
 
 def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
@@ -34,13 +41,19 @@ def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
     return None
 
 
+_RC = ("row", "col")
+
+
 def _capability() -> Capability:
     floats = ("float16", "bfloat16", "float32")
     rules = (
-        DtypeRule("float16", accs=("float32",), outs=("float16",)),
-        DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16",), min_cc=(8, 0)),
-        DtypeRule("float32", accs=("float32",), outs=("float32",), precisions=("ieee", "tf32")),
-        DtypeRule("float64", accs=("float64",), outs=("float64",)),
+        DtypeRule("float16", accs=("float32",), outs=("float16",), a_layouts=_RC, b_layouts=_RC),
+        DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16",), min_cc=(8, 0),
+                  a_layouts=_RC, b_layouts=_RC),
+        DtypeRule("float32", accs=("float32",), outs=("float32",), precisions=("ieee", "tf32"),
+                  a_layouts=_RC, b_layouts=_RC),
+        DtypeRule("float64", accs=("float64",), outs=("float64",), a_layouts=_RC,
+                  b_layouts=_RC),
         DtypeRule("int8", accs=("int32",), outs=("int32",), min_cc=(7, 5),
                   a_layouts=("row",), b_layouts=("row", "col")),
         DtypeRule("float8_e4m3fn", accs=("float32",), outs=floats, min_cc=(8, 9),
@@ -51,18 +64,6 @@ def _capability() -> Capability:
         DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
     )
     return Capability("cublas", rules, extra_checks=(_int_mm_rule,))
-
-
-@contextlib.contextmanager
-def _tf32(enabled: bool):
-    import torch
-
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 class CublasBackend(Backend):
@@ -103,34 +104,51 @@ class CublasBackend(Backend):
         if problem.op == "dot":
             self._dot(operands)
             return
-        d = operands.d
-        self._product(problem, operands, d)
-        if operands.alpha != 1:
-            d.mul_(operands.alpha)
-        if problem.has_c:
-            d.add_(operands.c, alpha=operands.beta)
+        self._product(problem, operands, operands.d)
+
+    def _gemm(self, problem: Problem, ops: Operands, d) -> None:
+        """D = alpha * A @ B (+ beta * D, D holding C) through cublasGemmStridedBatchedEx."""
+        import numpy as np
+        from cupy.cuda import cublas, device
+
+        dtype = problem.in_dtype
+        scalar = _SCALAR[dtype]
+        alpha = np.array(ops.alpha, dtype=scalar)
+        beta = np.array(ops.beta if problem.has_c else 0, dtype=scalar)
+        compute = (_COMPUTE_F32[problem.precision] if dtype == "float32" else _COMPUTE[dtype])
+        a, b = problem.a, problem.b
+        handle = device.get_cublas_handle()
+        cublas.setStream(handle, ops.stream)
+        kind = _DATA_TYPE[dtype]
+        cublas.gemmStridedBatchedEx(
+            handle, _OP_N if b.layout == "row" else _OP_T, _OP_N if a.layout == "row" else _OP_T,
+            problem.n, problem.m, problem.k, alpha.ctypes.data,
+            ops.b.data_ptr(), kind, b.ld, b.batch_stride,
+            ops.a.data_ptr(), kind, a.ld, a.batch_stride,
+            beta.ctypes.data, d.data_ptr(), kind, problem.n, problem.m * problem.n,
+            problem.batch, compute, _GEMM_DEFAULT)
 
     def _product(self, problem: Problem, ops: Operands, d) -> None:
-        """Write A @ B (batched) into D."""
+        """Write alpha * A @ B + beta * C into D."""
         import torch
 
         dtype = problem.in_dtype
-        if dtype in _CUPY_DTYPES and problem.precision in (None, "ieee"):
-            import cupy
-
-            with cupy.cuda.ExternalStream(ops.stream):
-                a, b = cupy.from_dlpack(ops.a), cupy.from_dlpack(ops.b)
-                cupy.matmul(a, b, out=cupy.from_dlpack(d))
-        elif dtype == "int8":
+        if dtype in _DATA_TYPE:
+            if problem.has_c:
+                d.copy_(ops.c)
+            self._gemm(problem, ops, d)
+            return
+        if dtype == "int8":
             for i in range(problem.batch):
                 torch._int_mm(ops.a[i], ops.b[i], out=d[i])
-        elif dtype.startswith("float8"):
+        else:
             one = torch.ones((), dtype=torch.float32, device=ops.a.device)
             d[0].copy_(torch._scaled_mm(ops.a[0], ops.b[0], scale_a=one, scale_b=one,
                                         out_dtype=d.dtype))
-        else:
-            with _tf32(problem.precision == "tf32"):
-                torch.matmul(ops.a, ops.b, out=d)
+        if ops.alpha != 1:
+            d.mul_(ops.alpha)
+        if problem.has_c:
+            d.add_(ops.c, alpha=ops.beta)
 
     def _dot(self, ops: Operands) -> None:
         import cupy

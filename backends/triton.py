@@ -41,7 +41,6 @@ TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
              (128, 128, 64, 8, 4, 8, True), (128, 128, 64, 8, 4, 8, False),
              (128, 256, 64, 8, 3, 16, False))
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
-AUTOTUNE_SHORTLIST = 4
 DOT_BLOCK = 4096
 DOT_WARPS = 8
 DOT_PROGRAMS_PER_SM = 4
@@ -211,15 +210,25 @@ class TritonBackend(Backend):
         else:
             self._launch_matmul(problem, ops, config)
 
-    def _shortlist(self, problem: Problem) -> list[Config]:
-        """The first TMA and pointer candidates, AUTOTUNE_SHORTLIST in all."""
+    def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
+        """The first two TMA and pointer candidates, and the largest pointer tile that still
+        gives every one of the ``sms`` multiprocessors a tile (small problems)."""
         tiles = self.configs(problem)[1:]
-        tma = [c for c in tiles if c.get("kind") == "tma"][: AUTOTUNE_SHORTLIST // 2]
+        tma = [c for c in tiles if c.get("kind") == "tma"][:2]
         pointer = [c for c in tiles if c.get("kind") != "tma"]
-        return tma + pointer[: AUTOTUNE_SHORTLIST - len(tma)]
+
+        def count(c: Config) -> int:
+            return (triton.cdiv(problem.m, c.get("BLOCK_M")) * triton.cdiv(problem.n, c.get("BLOCK_N"))
+                    * problem.batch)
+
+        filling = [c for c in pointer if count(c) >= sms]
+        fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
+                else min(pointer, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")))
+        picked = tma + pointer[:2]
+        return picked + ([fill] if fill not in picked else [])
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
-        """The fastest of the first few candidates for this problem, timed once per process
+        """The fastest of the shortlisted candidates for this problem, timed once per process
         (the tuner, :func:`multibackend.tune`, times them all)."""
         key = (problem.key, problem.acc, problem.has_c)
         best = self._best.get(key)
@@ -227,7 +236,10 @@ class TritonBackend(Backend):
             from multibackend.timing import time_gpu
 
             results = []
-            for candidate in self._shortlist(problem):
+            import torch
+
+            sms = torch.cuda.get_device_properties(ops.d.device).multi_processor_count
+            for candidate in self._shortlist(problem, sms):
                 try:
                     ms = time_gpu(lambda: self._launch(problem, ops, candidate),
                                   warmup=3, reps=15, max_seconds=1.0).median_ms
