@@ -218,8 +218,8 @@ class TritonBackend(Backend):
         pointer = [c for c in tiles if c.get("kind") != "tma"]
 
         def count(c: Config) -> int:
-            return (triton.cdiv(problem.m, c.get("BLOCK_M")) * triton.cdiv(problem.n, c.get("BLOCK_N"))
-                    * problem.batch)
+            return (triton.cdiv(problem.m, c.get("BLOCK_M"))
+                    * triton.cdiv(problem.n, c.get("BLOCK_N")) * problem.batch)
 
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
