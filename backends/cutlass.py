@@ -76,13 +76,39 @@ def _fits_generator(problem: Problem) -> tuple[str, str] | None:
 
 
 SWIZZLES = (2, 4, 8)  # CTA swizzles offered beside the default 1 (persistent 3.x kernels)
-SWIZZLED_KERNELS = 4  # how many of the best 3.x TMA kernels get the swizzle variants
+SWIZZLED_KERNELS = 4  # how many of the best 3.x TMA kernels get the scheduler variants
+#: raster orders of the 3.x tile schedulers, in the caller's terms: "m" walks consecutive
+#: tiles down the rows of D (the kernel's N, as it computes D^T), "n" along its columns;
+#: the value is the launcher's RasterOrderOptions
+RASTERS = {"heuristic": 0, "m": 2, "n": 1}
+#: stream-K decompositions (DecompositionMode): the launcher's default lets CUTLASS choose
+DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "stream_k": 3}
 
 
-def _config(candidate: cutlass_emit.Candidate, swizzle: int) -> Config:
-    name = candidate.name if swizzle == 1 else f"{candidate.name}_sw{swizzle}"
-    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle}
+def _config(candidate: cutlass_emit.Candidate, swizzle: int = 1,
+            raster: str = "heuristic") -> Config:
+    """A Config running ``candidate`` with the tile scheduler's CTA swizzle and raster order
+    (runtime arguments of one compiled kernel: no extra build)."""
+    name = candidate.name
+    if raster != "heuristic":
+        name += f"_along_{raster}"
+    if swizzle != 1:
+        name += f"_sw{swizzle}"
+    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle,
+              "raster": raster}
     return Config(name, tuple(sorted(params.items())))
+
+
+def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
+    """The runtime variants of one persistent 3.x kernel, its plain config excepted: wider CTA
+    swizzles under the heuristic raster order, then each raster order forced at every swizzle.
+    Empty for kernels without a persistent tile scheduler (2.x)."""
+    if not candidate.is_3x:
+        return []
+    found = [_config(candidate, swizzle) for swizzle in SWIZZLES]
+    found += [_config(candidate, swizzle, raster) for raster in ("m", "n")
+              for swizzle in (1, *SWIZZLES)]
+    return found
 
 
 class KernelRefused(MultibackendError, RuntimeError):
@@ -99,11 +125,13 @@ class _Prepared:
     __slots__ = ("library", "gemm", "shape", "shape_address", "integer", "d_align_mask",
                  "has_c")
 
-    def __init__(self, library: cutlass_build.Library, args: tuple[int, ...], swizzle: int,
-                 integer: bool, d_align_bytes: int, has_c: bool):
+    def __init__(self, library: cutlass_build.Library, args: tuple[int, ...],
+                 scheduler: tuple[int, int, int], integer: bool, d_align_bytes: int,
+                 has_c: bool):
         self.library = library
         self.gemm = library.gemm
-        self.shape = (ctypes.c_int64 * (len(args) + 1))(*args, swizzle)
+        # the sizes, then the tile scheduler's swizzle, raster order and decomposition
+        self.shape = (ctypes.c_int64 * (len(args) + 3))(*args, *scheduler)
         self.shape_address = ctypes.addressof(self.shape)
         self.integer = integer
         self.d_align_mask = d_align_bytes - 1
@@ -152,12 +180,18 @@ class CutlassBackend(Backend):
         return reason
 
     def configs(self, problem: Problem) -> list[Config]:
-        """Every kernel for ``problem`` (tile, cluster, schedule, epilogue), the default first,
-        then the best few 3.x TMA kernels again with wider CTA swizzles (same binary)."""
+        """Every kernel for ``problem`` (tile, cluster, schedule, epilogue, scheduler), the
+        default first, then the best few 3.x TMA kernels again with other CTA swizzles and
+        raster orders (the same binary: runtime arguments of the tile scheduler)."""
         found = cutlass_emit.candidates(problem)
-        configs = [_config(c, 1) for c in found]
+        configs = [_config(c) for c in found]
         tma = [c for c in found if c.family == "3x_tma"][:SWIZZLED_KERNELS]
-        return configs + [_config(c, swizzle) for c in tma for swizzle in SWIZZLES]
+        return configs + [v for c in tma for v in scheduler_variants(c)]
+
+    def variants(self, problem: Problem, config: Config) -> list[Config]:
+        """The runtime variants (swizzle, raster order) of the kernel ``config`` names, for
+        any 3.x kernel, not only those :meth:`configs` lists them for."""
+        return scheduler_variants(candidate_for(problem, config))
 
     def versions(self) -> dict[str, str]:
         return {"nvidia-cutlass": cutlass_build.cutlass_version(),
@@ -182,9 +216,17 @@ class CutlassBackend(Backend):
         size = int(dtypes.get(problem.d_dtype).itemsize)
         d_align = 16 if candidate.is_3x and config.get("epilogue") == "tma" else \
             candidate.operation.D.alignment * size
-        prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
-                             int(config.get("swizzle", 1)), candidate.integer_epilogue,
-                             d_align, problem.has_c and problem.c is not None)
+        raster = config.get("raster", "heuristic")
+        decomposition = config.get("decomposition", "heuristic")
+        if raster not in RASTERS or decomposition not in DECOMPOSITIONS:
+            raise InvalidArgument(f"config {config.name!r}: raster {raster!r} (one of "
+                                  f"{sorted(RASTERS)}), decomposition {decomposition!r} (one "
+                                  f"of {sorted(DECOMPOSITIONS)})")
+        scheduler = (int(config.get("swizzle", 1)), RASTERS[raster],
+                     DECOMPOSITIONS[decomposition])
+        prepared = _Prepared(library, cutlass_emit.kernel_args(problem), scheduler,
+                             candidate.integer_epilogue, d_align,
+                             problem.has_c and problem.c is not None)
         self._prepared[key] = prepared
         return prepared
 

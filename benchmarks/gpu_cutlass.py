@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU, nvcc and nvidia-cutlass:
 
-    python3 benchmarks/gpu_cutlass.py [--candidates 7] [--sizes 4096 8192] [--json out.json]
+    python3 benchmarks/gpu_cutlass.py [--candidates 8] [--sizes 4096 8192] [--json out.json]
 
 It reports, in one run: the first call of the default f16 kernel (emit, compile, load) and the
 wall time to build the other candidates (in parallel nvcc processes), into a fresh cache
@@ -11,7 +11,9 @@ load the default kernel from that cache (it must compile nothing); calls per sec
 f16 GEMM through the backend beside cupy.matmul and torch.matmul; and TFLOP/s at each size
 for f16 and bf16, the default candidate and the best, with the ratio to cuBLAS (torch.matmul),
 timed by multibackend.timing (CUDA events, warm-up, L2 flushed, median of many runs) on random
-non-zero data.
+non-zero data. Every compiled 3.x kernel is also timed with the tile scheduler's runtime
+variants (CTA swizzle 1/2/4/8, raster order heuristic / along m / along n), which need no
+build; ``--variants`` limits them to the best few kernels of the first size.
 """
 from __future__ import annotations
 
@@ -26,10 +28,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: tried after the default, in the caller's terms (rows x cols x K of the CTA tile, cluster)
-PREFERRED = ["128x256x64_1x2x1_cooperative_tma", "256x128x64_2x1x1_cooperative_tma",
-             "128x256x64_2x1x1_cooperative_tma", "256x128x64_1x1x1_cooperative_tma",
-             "128x128x64_1x2x1_pingpong_tma", "128x128x64_2x1x1_pingpong_tma",
-             "128x128x64_1x2x1_cooperative_tma", "256x128x64_1x2x1_pingpong_tma"]
+PREFERRED = ["256x128x64_1x2x1_cooperative_tma", "128x256x64_2x1x1_cooperative_tma_streamk",
+             "256x128x64_1x2x1_cooperative_tma_streamk", "128x256x64_2x2x1_cooperative_tma",
+             "256x128x64_2x2x1_cooperative_tma", "128x256x64_4x1x1_cooperative_tma",
+             "256x128x64_1x4x1_cooperative_tma", "128x256x64_1x2x1_cooperative_tma",
+             "128x128x64_2x1x1_pingpong_tma", "256x64x64_1x2x1_pingpong_tma"]
 
 SECOND_PROCESS = r"""
 import json, sys, time
@@ -54,8 +57,11 @@ print(json.dumps({"import_s": t1 - t0, "prepare_s": t3 - t2, "was_cached": cache
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
-    p.add_argument("--candidates", type=int, default=7,
-                   help="kernels per dtype, the default included (default 7)")
+    p.add_argument("--candidates", type=int, default=8,
+                   help="kernels per dtype, the default included (default 8)")
+    p.add_argument("--variants", type=int, default=None,
+                   help="time the scheduler variants of only this many kernels per dtype, the "
+                        "fastest at the first size (default: every compiled 3.x kernel)")
     p.add_argument("--workers", type=int, default=None, help="parallel nvcc processes")
     p.add_argument("--cache-dir", default=None,
                    help="kernel cache to use (default: a fresh temporary directory)")
@@ -178,6 +184,7 @@ def main() -> int:
     print(f"\n{'dtype':9s} {'size':>5s} {'cuBLAS':>8s} {'default':>8s} {'ratio':>6s} "
           f"{'best':>8s} {'ratio':>6s}  best config")
     rows = []
+    fastest: dict[str, list[str]] = {}  # kernels by speed at the first size, per dtype
     for dtype, (_, configs) in plan.items():
         tdtype = getattr(torch, dtype)
         ok = [c for c in configs if (dtype, c.name) not in dict(failures)]
@@ -190,9 +197,10 @@ def main() -> int:
             ref = torch.matmul(a, b).float()
             problem = synthetic(size, size, size, dtype, cc=cc)
             ops = Operands(a, b, None, d, 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
-            compiled = {c.name for c in ok}
-            variants = [c for c in backend.configs(problem)
-                        if c.get("swizzle", 1) != 1 and c.get("kernel") in compiled]
+            variant_of = ok
+            if args.variants is not None and dtype in fastest:
+                variant_of = [c for c in ok if c.name in fastest[dtype][:args.variants]]
+            variants = [v for c in variant_of for v in backend.variants(problem, c)]
             timings = {}
             for config in ok + variants:
                 try:
@@ -210,6 +218,8 @@ def main() -> int:
                     print(f"  {config.name}: {type(exc).__name__}: {str(exc)[:300]}")
             if not timings:
                 continue
+            kernels = sorted((ms, n) for n, ms in timings.items() if n in {c.name for c in ok})
+            fastest.setdefault(dtype, [n for _, n in kernels])
             default_ms = timings.get(configs[0].name, float("nan"))
             best = min(timings, key=timings.get)
             row = {"dtype": dtype, "size": size,

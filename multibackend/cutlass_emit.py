@@ -13,7 +13,10 @@ caller's terms (rows of D, columns of D, K).
 
 Families, best first: on sm_90 the 3.x TMA warp-specialized kernels (16-byte aligned operands),
 then the 3.x cp.async warp-specialized kernels (smaller alignment), then the 2.x tensor-op
-kernels (sm_80 multistage, sm_75 pipelined for 1-element f16, SIMT for f32 "ieee").
+kernels (sm_80 multistage, sm_75 pipelined for 1-element f16, SIMT for f32 "ieee"). The 3.x
+kernels come with the persistent tile scheduler and, for the cooperative schedule, also with
+the stream-K one (``_streamk``); the launcher passes the scheduler's CTA swizzle, raster order
+and decomposition mode at run time, so those need no build of their own.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from . import dtypes
 from .problem import Operand, Problem
 
 CUDA_VERSION = "13.0"  # what the generator is told: enables every kernel it knows
-CLUSTER_LEVEL = 2  # sm90_shapes.SM90_CLUSTER_SIZES level: 1x2x1, 2x1x1 and 1x1x1
+#: sm90_shapes.SM90_CLUSTER_SIZES level: 3 adds 2x2x1, 4x1x1 and 1x4x1 to 1x2x1, 2x1x1, 1x1x1
+CLUSTER_LEVEL = 3
 
 #: our dtype name -> cutlass_library DataType name
 _ELEMENT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
@@ -65,6 +69,8 @@ SCHEDULES_3X = {"TmaWarpSpecializedCooperative": "cooperative",
                 "TmaWarpSpecialized": "warpspecialized",
                 "CpAsyncWarpSpecializedCooperative": "cpasync_cooperative",
                 "CpAsyncWarpSpecialized": "cpasync"}
+#: 3.x tile schedulers -> the suffix of their kernels' names ("" for the persistent one)
+SCHEDULERS_3X = {"Default": "", "StreamK": "_streamk"}
 _EPILOGUES_3X = {"TmaWarpSpecializedCooperative": "tma", "TmaWarpSpecialized": "tma",
                  "NoSmemWarpSpecialized": "nosmem", "EpilogueTransposed": "transposed"}
 
@@ -217,16 +223,20 @@ def _matches_types(op, key: str, d_dtype: str, acc_dtype: str) -> bool:
     return d == out and c == out and acc == _ELEMENT.get(acc_dtype)
 
 
-def _schedule_names(op) -> tuple[str, str] | None:
-    from cutlass_library.library import TileSchedulerType
-
-    if op.tile_scheduler != TileSchedulerType.Default or op.mixed_input_mode is not None:
+def _schedule_names(op) -> tuple[str, str, str] | None:
+    """(schedule, epilogue, scheduler) short names of a 3.x operation, None for kernels not
+    taken (mixed input, grouped or unknown schedules). The stream-K tile scheduler is taken
+    for the TMA cooperative kernels only."""
+    if op.mixed_input_mode is not None:
         return None
     schedule = SCHEDULES_3X.get(op.kernel_schedule.name)
     epilogue = _EPILOGUES_3X.get(op.epilogue_schedule.name)
-    if schedule is None or epilogue is None:
+    scheduler = op.tile_scheduler.name
+    if schedule is None or epilogue is None or scheduler not in SCHEDULERS_3X:
         return None
-    return schedule, epilogue
+    if scheduler == "StreamK" and schedule != "cooperative":
+        return None
+    return schedule, epilogue, "streamk" if scheduler == "StreamK" else "persistent"
 
 
 def _candidate(op, family: str, cc: tuple[int, int], out_align: int) -> Candidate | None:
@@ -248,26 +258,33 @@ def _candidate(op, family: str, cc: tuple[int, int], out_align: int) -> Candidat
         names = _schedule_names(op)
         if names is None:
             return None
-        schedule, epilogue = names
+        schedule, epilogue, scheduler = names
         if epilogue == "tma" and out_align * DataTypeSize[op.D.element] < 128:
             return None
         cluster = op.tile_description.cluster_shape
         name = (f"{tile[1]}x{tile[0]}x{tile[2]}_{cluster[1]}x{cluster[0]}x{cluster[2]}_"
-                f"{schedule}_{epilogue}")
+                f"{schedule}_{epilogue}{SCHEDULERS_3X[op.tile_scheduler.name]}")
         params = dict(tile=(tile[1], tile[0], tile[2]),
                       cluster=(cluster[1], cluster[0], cluster[2]),
-                      schedule=schedule, epilogue=epilogue, family=family)
+                      schedule=schedule, epilogue=epilogue, scheduler=scheduler, family=family)
         arch = "90a"
     return Candidate(name, tuple(sorted(params.items())), op, family, arch)
 
 
 def _rank_3x(c: Candidate) -> tuple:
+    """Largest tile first (up to 128x256), TMA epilogue, cooperative, the persistent scheduler
+    before stream-K, 2-CTA clusters, then 1, then 4; among 2-CTA clusters a 128x256 tile (rows
+    x columns of D) in a 2x1x1 cluster first: the 256x256 footprint a cluster multicasts over
+    measured best for large f16/bf16 squares on H200."""
     p = dict(c.params)
     tile, cluster = p["tile"], p["cluster"]
     area = tile[0] * tile[1]
     schedules = list(SCHEDULES_3X.values())
+    wide = tile[1] >= tile[0]
     return (-min(area, 128 * 256), area, p["epilogue"] != "tma", schedules.index(p["schedule"]),
-            {2: 0, 1: 1}.get(cluster[0] * cluster[1], 2), cluster[1] != 2, -tile[0], tile[2])
+            p["scheduler"] != "persistent", {2: 0, 1: 1}.get(cluster[0] * cluster[1], 2),
+            (cluster[0] != 2) if wide else (cluster[1] != 2), not wide, tile[2],
+            cluster[0] * cluster[1] * cluster[2], cluster[0] < cluster[1])
 
 
 def _families(key: str, cc: tuple[int, int]) -> list[tuple[str, tuple[str, ...]]]:
@@ -363,7 +380,10 @@ ${build_args}
 
 }  // namespace
 
-// shape: m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd (elements), CTA swizzle
+// shape: m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd (elements), then the tile
+// scheduler's settings: CTA swizzle, raster order (RasterOrderOptions: 0 heuristic, 1 along the
+// kernel's M, 2 along its N), decomposition (DecompositionMode: 0 heuristic, 1 data-parallel,
+// 2 split-K, 3 stream-K)
 extern "C" int mb_gemm(const int64_t* shape, const void* a, const void* b, const void* c,
                        void* d, double alpha, double beta, void* stream) {
   const int m = static_cast<int>(shape[0]), n = static_cast<int>(shape[1]);
@@ -371,6 +391,8 @@ extern "C" int mb_gemm(const int64_t* shape, const void* a, const void* b, const
   const int64_t lda = shape[4], ldb = shape[5], ldc = shape[6], ldd = shape[7];
   const int64_t sa = shape[8], sb = shape[9], sc = shape[10], sd = shape[11];
   const int swizzle = static_cast<int>(shape[12]);
+  const int raster = static_cast<int>(shape[13]);
+  const int decomposition = static_cast<int>(shape[14]);
   ${launch}
 }
 
@@ -442,19 +464,33 @@ int mb_sm_count() {
   return counts[device];
 }
 
-// the persistent tile schedulers take a CTA swizzle; the others have none to set
+// the persistent tile schedulers take a CTA swizzle and a raster order, stream-K also a
+// decomposition mode; the others have none to set
 template <class Scheduler>
-auto mb_set_swizzle(Scheduler& scheduler, int swizzle, int)
-    -> decltype(scheduler.max_swizzle_size = swizzle, void()) {
+auto mb_set_swizzle(Scheduler& scheduler, int swizzle, int raster, int)
+    -> decltype(scheduler.max_swizzle_size = swizzle,
+                scheduler.raster_order = static_cast<decltype(scheduler.raster_order)>(raster),
+                void()) {
   scheduler.max_swizzle_size = swizzle;
+  scheduler.raster_order = static_cast<decltype(scheduler.raster_order)>(raster);
 }
 template <class Scheduler>
-void mb_set_swizzle(Scheduler&, int, long) {}
+void mb_set_swizzle(Scheduler&, int, int, long) {}
+
+template <class Scheduler>
+auto mb_set_decomposition(Scheduler& scheduler, int mode, int)
+    -> decltype(scheduler.decomposition_mode =
+                    static_cast<decltype(scheduler.decomposition_mode)>(mode), void()) {
+  scheduler.decomposition_mode = static_cast<decltype(scheduler.decomposition_mode)>(mode);
+}
+template <class Scheduler>
+void mb_set_decomposition(Scheduler&, int, long) {}
 
 cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void* b,
                           const void* c, void* d, int64_t lda, int64_t ldb, int64_t ldc,
                           int64_t ldd, int64_t sa, int64_t sb, int64_t sc, int64_t sd,
-                          double alpha, double beta, int swizzle, cudaStream_t stream) {
+                          double alpha, double beta, int swizzle, int raster,
+                          int decomposition, cudaStream_t stream) {
   using Kernel = typename MbGemm::GemmKernel;
   typename MbGemm::Arguments args;
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -471,7 +507,8 @@ cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void*
   args.epilogue.dD = typename Kernel::StrideD{cute::Int<1>{}, ldd, sd};
   args.hw_info.device_id = 0;
   args.hw_info.sm_count = mb_sm_count();
-  mb_set_swizzle(args.scheduler, swizzle, 0);
+  mb_set_swizzle(args.scheduler, swizzle, raster, 0);
+  mb_set_decomposition(args.scheduler, decomposition, 0);
   return mb_run(args, stream);
 }
 """
@@ -479,7 +516,8 @@ cutlass::Status mb_launch(int m, int n, int k, int l, const void* a, const void*
 _LAUNCH_3X = r"""cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (batch <= 1 || (sa != 0 && sb != 0 && sc != 0)) {
     return static_cast<int>(mb_launch(m, n, k, batch, a, b, c, d, lda, ldb, ldc, ldd,
-                                      sa, sb, sc, sd, alpha, beta, swizzle, s));
+                                      sa, sb, sc, sd, alpha, beta, swizzle, raster,
+                                      decomposition, s));
   }
   // TMA cannot broadcast along the batch: one launch per batch entry
   for (int i = 0; i < batch; ++i) {
@@ -487,12 +525,15 @@ _LAUNCH_3X = r"""cudaStream_t s = static_cast<cudaStream_t>(stream);
         m, n, k, 1, static_cast<MbElementA const*>(a) + i * sa,
         static_cast<MbElementB const*>(b) + i * sb, static_cast<MbElementC const*>(c) + i * sc,
         static_cast<MbElementD*>(d) + i * sd, lda, ldb, ldc, ldd, 0, 0, 0, 0, alpha, beta,
-        swizzle, s);
+        swizzle, raster, decomposition, s);
     if (status != cutlass::Status::kSuccess) return static_cast<int>(status);
   }
   return 0;"""
 
-_LAUNCH_2X = r"""(void)swizzle;  // 2.x kernels fix their threadblock swizzle at compile time
+_LAUNCH_2X = r"""// 2.x kernels fix their threadblock swizzle at compile time
+  (void)swizzle;
+  (void)raster;
+  (void)decomposition;
   typename MbGemm::EpilogueOutputOp::Params epilogue(static_cast<MbCompute>(alpha),
                                                    static_cast<MbCompute>(beta));
   typename MbGemm::Arguments args(
@@ -539,7 +580,7 @@ def emit(candidate: Candidate) -> str:
 def kernel_args(problem: Problem) -> tuple[int, ...]:
     """The launcher's sizes and strides for ``problem`` (the kernel's transposed view):
     (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements; ``mb_gemm`` takes
-    them, then the CTA swizzle, as one array."""
+    them, then the tile scheduler's swizzle, raster order and decomposition, as one array."""
     m, n = problem.n, problem.m
     ldd = max(problem.n, 1)
     sd = problem.m * problem.n if problem.batch > 1 else 0

@@ -95,6 +95,62 @@ def test_default_f16_config_on_sm90_is_a_cooperative_tma_kernel():
     assert len({c.name for c in configs}) == len(configs)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_large_square_default_and_scheduler_variants(dtype):
+    """The default for large 16-bit squares is the 128x256 cooperative TMA kernel in a 2x1x1
+    cluster; larger clusters and the stream-K scheduler are offered; the best kernels come
+    again with other swizzles and raster orders, the same binary."""
+    problem = synthetic(8192, 8192, 8192, dtype)
+    configs = BACKEND.configs(problem)
+    assert configs[0].name == "128x256x64_2x1x1_cooperative_tma"
+    assert configs[1].name == "256x128x64_1x2x1_cooperative_tma"
+    by_name = {c.name: c for c in configs}
+    assert len(by_name) == len(configs)
+    clusters = {c.get("cluster") for c in configs}
+    assert {(2, 2, 1), (4, 1, 1), (1, 4, 1)} <= clusters
+    streamk = by_name["128x256x64_2x1x1_cooperative_tma_streamk"]
+    assert streamk.get("scheduler") == "streamk" and streamk.get("schedule") == "cooperative"
+    assert configs[0].get("scheduler") == "persistent"
+    assert all(c.get("schedule") == "cooperative" for c in configs if c.get("scheduler") ==
+               "streamk")
+    variant = by_name["128x256x64_2x1x1_cooperative_tma_along_m_sw8"]
+    assert variant.get("kernel") == configs[0].name
+    assert (variant.get("raster"), variant.get("swizzle")) == ("m", 8)
+    assert by_name["128x256x64_2x1x1_cooperative_tma_sw4"].get("raster") == "heuristic"
+    variants = BACKEND.variants(problem, streamk)
+    assert len(variants) == 11 and {v.get("kernel") for v in variants} == {streamk.name}
+    assert len({v.name for v in variants}) == 11
+    for config in (configs[0], variant, variants[-1]):  # one binary for all its variants
+        assert backend_module.candidate_for(problem, config).name == config.get("kernel")
+    source = cutlass_emit.emit(backend_module.candidate_for(problem, streamk))
+    assert "StreamKScheduler" in source and "KernelTmaWarpSpecializedCooperative" in source
+    assert "mb_set_decomposition(args.scheduler" in source
+    assert "cutlass::epilogue::TmaWarpSpecializedCooperative" in source
+    assert BACKEND.variants(synthetic(33, 17, 9, "float16"),
+                            BACKEND.configs(synthetic(33, 17, 9, "float16"))[0]) == []
+
+
+def test_scheduler_settings_reach_the_launcher():
+    problem = synthetic(512, 512, 512, "float16")
+    by_name = {c.name: c for c in BACKEND.configs(problem)}
+    backend = backend_module.create()
+    for name, expected in [("128x256x64_2x1x1_cooperative_tma", (1, 0, 0)),
+                           ("128x256x64_2x1x1_cooperative_tma_along_m_sw8", (8, 2, 0)),
+                           ("128x256x64_2x1x1_cooperative_tma_along_n_sw2", (2, 1, 0))]:
+        config = by_name[name]
+        backend._libraries[backend_module.candidate_for(problem, config)] = _FakeLibrary()
+        prepared = backend._prepare(problem, config)
+        assert tuple(prepared.shape)[12:] == expected
+    bad = Config("x", tuple(sorted({**dict(by_name["128x256x64_2x1x1_cooperative_tma"].params),
+                                    "raster": "diagonal"}.items())))
+    with pytest.raises(ValueError, match="raster"):
+        backend._prepare(problem, bad)
+
+
+class _FakeLibrary:
+    gemm = None
+
+
 @pytest.mark.parametrize("dtype, ld_elems, expected", [
     ("float16", 64, 8), ("float16", 36, 4), ("float16", 34, 2), ("float16", 33, 1),
     ("float32", 64, 4), ("float32", 66, 2), ("int8", 64, 16), ("float64", 8, 2)])

@@ -16,7 +16,7 @@ pytest.importorskip("cutlass_library")
 
 from multibackend import cutlass_build, cutlass_emit, dtypes, reference  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
-from multibackend.backends.base import Operands  # noqa: E402
+from multibackend.backends.base import Config, Operands  # noqa: E402
 from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
@@ -51,6 +51,9 @@ ODD_TYPES = [
     ("float32", "float32", "float32", "tf32x3", 1, 1),
 ]
 CANDIDATES_PER_DTYPE = 6
+#: kernels beyond the first few also checked: the stream-K scheduler and 4-CTA clusters
+EXTRA_KERNELS = ("128x256x64_2x1x1_cooperative_tma_streamk", "128x256x64_2x2x1_cooperative_tma",
+                 "256x128x64_1x4x1_cooperative_tma")
 
 
 def _cc() -> tuple[int, int]:
@@ -90,7 +93,9 @@ def built_kernels():
             jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
     for dtype in ("float16", "bfloat16"):
         problem = _candidate_problem(dtype)
-        for config in BACKEND.configs(problem)[:CANDIDATES_PER_DTYPE]:
+        every = BACKEND.configs(problem)
+        extra = [c for c in every if c.name in EXTRA_KERNELS]
+        for config in every[:CANDIDATES_PER_DTYPE] + extra:
             cand = backend_module.candidate_for(problem, config)
             jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
     results = cutlass_build.build_many([(s, a, n) for (s, a), n in jobs.items()])
@@ -186,13 +191,35 @@ def test_every_tuning_candidate_is_correct(dtype):
     configs = every[:CANDIDATES_PER_DTYPE]
     assert [c.name for c in configs] == \
         [c.name for c in BACKEND.configs(_candidate_problem(dtype))[:CANDIDATES_PER_DTYPE]]
-    kernels = {c.name for c in configs}
-    configs += [c for c in every if c.get("swizzle") != 1 and c.get("kernel") in kernels]
+    extra = [c for c in every if c.name in EXTRA_KERNELS]
+    assert len(extra) == len(EXTRA_KERNELS)
+    names = {c.name for c in configs}
+    configs += [c for c in every if c.get("kernel") in names and c.name not in names]
+    for config in extra:
+        configs += [config, *BACKEND.variants(problem, config)]
     assert any(c.get("swizzle") == 8 for c in configs)
+    assert {"m", "n"} <= {c.get("raster") for c in configs}
     assert backend_module.prepare_many(problem, configs) == configs
     for config in configs:
         d = _run(problem, a, b, None, 1.0, 0.0, config)
         _check(problem, a, b, None, d, 1.0, 0.0)
+
+
+@pytest.mark.parametrize("decomposition", ["heuristic", "stream_k", "data_parallel"])
+def test_stream_k_kernel_with_c_and_every_decomposition(decomposition):
+    """The stream-K scheduler splits K across CTAs and reduces partial tiles in a workspace:
+    check it with a long K, a source C and beta, under each decomposition mode."""
+    gen = torch.Generator().manual_seed(13)
+    a = _matrix("bfloat16", 1, 200, 1032, "row", gen, False)
+    b = _matrix("bfloat16", 1, 1032, 264, "row", gen, False)
+    c = _matrix("bfloat16", 1, 200, 264, "row", gen, False)
+    problem = _problem(a, b, c, "bfloat16", "float32", None)
+    kernel = next(x for x in BACKEND.configs(problem) if x.name == EXTRA_KERNELS[0])
+    config = Config(f"{kernel.name}_{decomposition}", tuple(sorted(
+        {**dict(kernel.params), "decomposition": decomposition}.items())))
+    assert backend_module.prepare_many(problem, [kernel]) == [kernel]
+    d = _run(problem, a, b, c, 1.5, -0.5, config)
+    _check(problem, a, b, c, d, 1.5, -0.5)
 
 
 def test_broadcast_batch_operand():
