@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import plans
 from .arrays import on_stream, to_kind
 from .dispatch import Decision, decide
 from .errors import InvalidArgument
@@ -93,6 +94,11 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     ``dtype``: "int4" or "uint4" when A and B are packed sub-byte operands (uint8 arrays
     packed along K, see :mod:`multibackend.packing`). ``beta`` defaults to 1 when C is given.
     """
+    options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
+               backend, config)
+    fast = _planned(options, (A, B, C, out))
+    if fast[0] is not None:
+        return fast[0]
     if dtype is not None and dtype not in ("int4", "uint4"):
         raise InvalidArgument(f"matmul: dtype is {dtype!r}: only 'int4' and 'uint4' name packed "
                               "operands (use binary_matmul for bits; other dtypes come from "
@@ -100,7 +106,7 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                        acc_dtype=acc_dtype, precision=precision, saturate=saturate,
                        packed=dtype)
-    return _dispatch_and_run(call, backend, config)
+    return _dispatch_and_run(call, backend, config, fast[1])
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -111,20 +117,48 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
     distance matrix) or "and". A is uint8 (M, K/8) and B uint8 (K/8, N), packed along K as
     :func:`multibackend.packing.pack_bits` does; D is int32 (M, N).
     """
+    fast = _planned(("binary_matmul", op, backend, config), (A, B, None, out))
+    if fast[0] is not None:
+        return fast[0]
     if op not in BITOPS:
         raise InvalidArgument(f"binary_matmul: op is {op!r}: expected 'xor' or 'and'")
     call = matmul_call(A, B, None, alpha=1, beta=0, out=out, out_dtype="int32",
                        acc_dtype="int32", packed="bit", bitop=op, op="binary_matmul")
-    return _dispatch_and_run(call, backend, config)
+    return _dispatch_and_run(call, backend, config, fast[1])
 
 
-def _dispatch_and_run(call: Call, backend: str | None, config: Any) -> Any:
+def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
+    """(the result, None) when a remembered plan ran the call; else (None, the key under
+    which to remember this call's plan, or None when it cannot have one: array-valued or
+    unhashable options, or arrays other than torch tensors and CuPy arrays)."""
+    if any(hasattr(o, "shape") for o in options):
+        return None, None
+    try:
+        hash(options)
+    except TypeError:
+        return None, None
+    adapted = plans.as_tensors(arrays)
+    if adapted is None:
+        return None, None
+    kind, tensors = adapted
+    plan_key = plans.key(options[0], kind, tensors, options)
+    plan = plans.lookup(plan_key)
+    if plan is not None:
+        return plan.run(tensors), None
+    return None, plan_key
+
+
+def _dispatch_and_run(call: Call, backend: str | None, config: Any,
+                      plan_key: tuple | None = None) -> Any:
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     if _trivial(call):
         return _finish(call)
     decision = decide(call.problem, backend, _resolve_config(call, backend, config))
     execute(call, decision)
+    if plan_key is not None:
+        plans.remember(plan_key, plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
+                                               call.operands.alpha, call.operands.beta))
     return _finish(call)
 
 
@@ -132,11 +166,14 @@ def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
         config: Any = None) -> Any:
     """``x . y`` for 1-D vectors of one dtype (f16, bf16, f32, f64): a 0-d array in the
     accumulator's dtype (float32, or float64 for float64 inputs)."""
+    fast = _planned(("dot", acc_dtype, backend, config), (x, y, None, None))
+    if fast[0] is not None:
+        return fast[0]
     call = dot_call(x, y, acc_dtype=acc_dtype)
     if call.problem.k == 0:
         call.operands.d.zero_()
         return _finish(call)
-    return _dispatch_and_run(call, backend, config)
+    return _dispatch_and_run(call, backend, config, fast[1])
 
 
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",

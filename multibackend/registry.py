@@ -61,10 +61,13 @@ class Registry:
 
     def reset(self) -> None:
         """Forget every cached result (tests, and after the environment changed)."""
+        from . import plans
+
         with self._lock:
             self._backends.clear()
             self._failures.clear()
             self._available.clear()
+        plans.forget()
 
 
 REGISTRY = Registry()

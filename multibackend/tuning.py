@@ -67,6 +67,12 @@ class TuningTables:
 
 _TABLES = TuningTables()
 _LOCK = threading.Lock()
+_GENERATION = [0]
+
+
+def generation() -> int:
+    """A number that changes whenever the loaded tables change (plans keyed on it)."""
+    return _GENERATION[0]
 
 
 def new_table(entries: dict[str, dict]) -> dict:
@@ -130,6 +136,7 @@ def load_tuning(path: str | os.PathLike, *, tables: TuningTables | None = None) 
             return diff
         tables.entries.update(table["entries"])
         tables.sources.append(str(path))
+        _GENERATION[0] += 1
     return []
 
 
@@ -153,6 +160,7 @@ def clear() -> None:
     global _TABLES
     with _LOCK:
         _TABLES = TuningTables()
+        _GENERATION[0] += 1
 
 
 def _distance(problem: Problem, entry: dict) -> float:

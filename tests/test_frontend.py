@@ -184,3 +184,38 @@ def test_cli_info_and_check_without_gpu():
 def test_synthetic_dot_problem():
     p = synthetic_dot(1 << 20, "float16")
     assert p.op == "dot" and p.bytes_moved == 2 * 2 * (1 << 20) and p.d_dtype == "float32"
+
+
+# -- remembered plans ---------------------------------------------------------------------------
+def test_repeated_calls_reuse_the_plan_and_stay_correct(monkeypatch):
+    from multibackend import plans
+
+    plans.forget()
+    gen = torch.Generator().manual_seed(5)
+    a = torch.rand((17, 33), generator=gen).half()
+    b = torch.rand((33, 9), generator=gen).half()
+    c = torch.rand((17, 9), generator=gen).half()
+    first = mb.matmul(a, b, c, alpha=2.0, beta=0.5)
+    assert len(plans._PLANS) == 1
+    again = mb.matmul(a, b, c, alpha=2.0, beta=0.5)
+    assert torch.equal(first, again) and len(plans._PLANS) == 1
+    expected = 2.0 * a.double() @ b.double() + 0.5 * c.double()
+    assert (again.double() - expected).abs().max() < 1e-2
+    other_alpha = mb.matmul(a, b, c, alpha=-1.0, beta=0.5)
+    assert len(plans._PLANS) == 2
+    assert (other_alpha.double() - (-a.double() @ b.double() + 0.5 * c.double())).abs().max() < 1e-2
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "cublas")
+    with pytest.raises(UnsupportedProblem, match="MULTIBACKEND_BACKEND"):
+        mb.matmul(a, b, c, alpha=2.0, beta=0.5)
+
+
+def test_plans_never_key_on_array_valued_scalars():
+    from multibackend import plans
+
+    plans.forget()
+    a, b = torch.ones((4, 4)), torch.ones((4, 4))
+    alpha = torch.tensor(3.0)
+    assert float(mb.matmul(a, b, alpha=alpha)[0, 0]) == 12.0
+    alpha.fill_(5.0)
+    assert float(mb.matmul(a, b, alpha=alpha)[0, 0]) == 20.0
+    assert len(plans._PLANS) == 0

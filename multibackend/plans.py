@@ -1,0 +1,131 @@
+"""Validated calls remembered, so a repeated call skips validation and dispatch.
+
+Validating the arguments, building the Problem and walking the dispatch order costs far more
+host time than launching a small kernel. A call whose arrays are torch tensors or CuPy arrays
+is keyed by everything those steps read — each array's type, dtype, shape, strides, device
+and pointer alignment, the scalars and options, the backend and config asked for, and the
+state of the environment variables and tuning tables dispatch consults — and the outcome (the
+Problem and the Decision) is kept. A later call with the same key only makes its operand views
+and output, and launches. Anything else (NumPy, other array kinds, empty or K = 0 problems)
+takes the full path every time.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from multibackend.backends.base import Operands
+
+from . import tuning
+from .arrays import caller_stream, on_stream, to_kind
+from .dispatch import ENV_BACKEND, Decision
+from .problem import Problem
+from .registry import REGISTRY
+
+LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome of validating and dispatching one kind of call."""
+
+    problem: Problem
+    decision: Decision
+    kind: str
+    squeeze: bool
+    alpha: float | int
+    beta: float | int
+    backend: Any = None
+    d_dtype: Any = None
+
+    @classmethod
+    def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
+           alpha: float | int, beta: float | int) -> "Plan":
+        from . import dtypes
+
+        return cls(problem, decision, kind, squeeze, alpha, beta,
+                   REGISTRY.get(decision.backend), dtypes.torch_dtype(problem.d_dtype))
+
+    def run(self, tensors: tuple) -> Any:
+        torch = sys.modules["torch"]
+        p = self.problem
+        a, b, c, out = tensors
+        if p.op == "dot":
+            d = torch.empty((1,), dtype=self.d_dtype, device=a.device)
+            ops = Operands(a, b, None, d, stream=caller_stream(self.kind, a.device))
+        else:
+            a = a if a.dim() == 3 else a.unsqueeze(0).expand(p.batch, *a.shape)
+            b = b if b.dim() == 3 else b.unsqueeze(0).expand(p.batch, *b.shape)
+            if p.has_c:
+                c = c if c.dim() == 3 else c.unsqueeze(0)
+                c = c.expand(p.batch, *c.shape[1:])
+            if out is not None:
+                d = out.view(p.batch, p.m, p.n)
+            else:
+                d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=a.device)
+            ops = Operands(a, b, c if p.has_c else None, d, self.alpha, self.beta,
+                           caller_stream(self.kind, a.device))
+        with on_stream(ops.stream, a.device):
+            self.backend.run(p, ops, self.decision.config)
+        if p.op == "dot":
+            d = d.reshape(())
+        elif self.squeeze:
+            d = d[0]
+        return to_kind(d, self.kind)
+
+
+_PLANS: dict[tuple, Plan] = {}
+
+
+def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
+    """(kind, torch tensors) when every array is a torch tensor or a CuPy array (None
+    entries kept), else None: other kinds take the full path."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    kind = None
+    out = []
+    for x in arrays:
+        if x is None:
+            out.append(None)
+            continue
+        if isinstance(x, torch.Tensor):
+            this = "torch"
+        elif type(x).__module__.startswith("cupy"):
+            this, x = "cupy", torch.from_dlpack(x)
+        else:
+            return None
+        kind = kind or this
+        out.append(x)
+    return kind, tuple(out)
+
+
+def key(op: str, kind: str, tensors: tuple, options: tuple) -> tuple:
+    """Everything validation and dispatch read, for tensors already adapted."""
+    parts: list = [op, kind, options, os.environ.get(ENV_BACKEND),
+                   os.environ.get(tuning.ENV_TUNING), tuning.generation()]
+    for t in tensors:
+        if t is None:
+            parts.append(None)
+            continue
+        ptr = t.data_ptr()
+        parts.append((t.dtype, tuple(t.shape), t.stride(), t.device,
+                      min(256, ptr & -ptr) if ptr else 256))
+    return tuple(parts)
+
+
+def lookup(plan_key: tuple) -> Plan | None:
+    return _PLANS.get(plan_key)
+
+
+def remember(plan_key: tuple, plan: Plan) -> None:
+    if len(_PLANS) >= LIMIT:
+        _PLANS.clear()
+    _PLANS[plan_key] = plan
+
+
+def forget() -> None:
+    """Drop every remembered plan (after the registry or environment changed)."""
+    _PLANS.clear()
