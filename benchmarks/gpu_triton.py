@@ -2,7 +2,7 @@
 for f16 and bf16 (TFLOP/s and ratio to cuBLAS), and the f16 dot at n = 2^28 against the
 device-to-device copy bandwidth. Random non-zero data; CUDA events, warm-up, median.
 
-    python benchmarks/gpu_triton.py [--sizes 4096 8192] [--json out.json]
+    python benchmarks/gpu_triton.py [--sizes 4096 8192] [--configs NAME ...] [--json out.json]
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from multibackend.request import dot_call, matmul_call
 from multibackend.timing import time_gpu
 
 
-def gemm_rows(size: int, dtype: torch.dtype) -> list[dict]:
+def gemm_rows(size: int, dtype: torch.dtype, only: list[str] | None = None) -> list[dict]:
     a = (torch.rand((size, size), device="cuda") * 2 - 1).to(dtype)
     b = (torch.rand((size, size), device="cuda") * 2 - 1).to(dtype)
     d = torch.empty((size, size), device="cuda", dtype=dtype)
@@ -29,6 +29,9 @@ def gemm_rows(size: int, dtype: torch.dtype) -> list[dict]:
     call = matmul_call(a, b)
     triton = REGISTRY.get("triton")
     for config in triton.configs(call.problem):
+        if only and config.name not in only:
+            continue
+
         def run(config=config):
             mb.matmul(a, b, out=d, backend="triton", config=config)
         try:
@@ -67,13 +70,14 @@ def dot_rows(n: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="*", default=[4096, 8192])
+    parser.add_argument("--configs", nargs="*", help="only these Triton configs")
     parser.add_argument("--json")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
         for size in args.sizes:
-            rows += gemm_rows(size, dtype)
+            rows += gemm_rows(size, dtype, args.configs)
     rows += dot_rows(1 << 28)
     for r in rows:
         if "error" in r:
