@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-POISON_INT = -0x5A5A5A5
+from multibackend.crosscheck import poison
 
 
 def random_tensor(shape, dtype: torch.dtype, device="cpu", *, generator=None, small_int=False):
@@ -21,6 +21,6 @@ def random_tensor(shape, dtype: torch.dtype, device="cpu", *, generator=None, sm
 
 def poisoned(shape, dtype: torch.dtype, device="cpu"):
     """An output buffer every element of which fails a check unless overwritten."""
-    if dtype.is_floating_point:
-        return torch.full(shape, float("nan"), dtype=dtype, device=device)
-    return torch.full(shape, POISON_INT, dtype=torch.int64).to(dtype).to(device)
+    out = torch.empty(shape, dtype=dtype, device=device)
+    poison(out)
+    return out
