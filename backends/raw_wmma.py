@@ -38,13 +38,17 @@ DOT_THREADS = 256
 DOT_UNROLL = 4
 MAX_GRID_Y = 65535
 
-#: fast-kernel tiles: name -> (BM, BN, warps along M, warps along N, stages); default first
+#: fast-kernel tiles: name -> (BM, BN, BK, warps along M, warps along N, stages); default first
+#: (kept in step with the RW_FAST_DTYPE list in raw_wmma/wmma_fast.cu)
 FAST_TILES = {
-    "fast_128x256x32_s3": (128, 256, 2, 4, 3),
-    "fast_128x128x32_s4": (128, 128, 2, 4, 4),
-    "fast_128x128x32_s3": (128, 128, 2, 4, 3),
+    "fast_128x256x64_s3": (128, 256, 64, 2, 4, 3),
+    "fast_128x128x64_s3": (128, 128, 64, 2, 2, 3),
+    "fast_256x128x64_s3": (256, 128, 64, 4, 2, 3),
+    "fast_128x256x64_s4": (128, 256, 64, 2, 4, 4),
+    "fast_128x256x32_s3": (128, 256, 32, 2, 4, 3),
+    "fast_128x128x32_s4": (128, 128, 32, 2, 4, 4),
+    "fast_128x128x32_s3": (128, 128, 32, 2, 2, 3),
 }
-FAST_BK = 32
 FAST_PAD = 8
 
 #: generic fragment shapes per input dtype, the first the default
@@ -165,12 +169,12 @@ class Kernel:
     tile: tuple[int, int] = (0, 0)
 
 
-def fast_smem_bytes(bm: int, bn: int, stages: int, a_row: bool, b_row: bool) -> int:
+def fast_smem_bytes(bm: int, bn: int, bk: int, stages: int, a_row: bool, b_row: bool) -> int:
     """Dynamic shared memory of a fast-kernel instance (FastGemm::kSmemBytes)."""
-    lda = (FAST_BK if a_row else bm) + FAST_PAD
-    ldb = (bn if b_row else FAST_BK) + FAST_PAD
-    stage_a = (bm if a_row else FAST_BK) * lda
-    stage_b = (FAST_BK if b_row else bn) * ldb
+    lda = (bk if a_row else bm) + FAST_PAD
+    ldb = (bn if b_row else bk) + FAST_PAD
+    stage_a = (bm if a_row else bk) * lda
+    stage_b = (bk if b_row else bn) * ldb
     return stages * (stage_a + stage_b) * 2
 
 
@@ -188,11 +192,12 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
         why = fast_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        bm, bn, wm, wn, stages = FAST_TILES[config.name]
+        bm, bn, bk, wm, wn, stages = FAST_TILES[config.name]
         short = SHORT[dtype]
-        return Kernel("wmma_fast.cu", f"rw_fast_{short}_{bm}x{bn}x32_s{stages}_{lay}",
+        return Kernel("wmma_fast.cu", f"rw_fast_{short}_{bm}x{bn}x{bk}_s{stages}_{lay}",
                       wm * wn * 32,
-                      fast_smem_bytes(bm, bn, stages, lay[0] == "r", lay[1] == "r"), (bm, bn))
+                      fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
+                      (bm, bn))
     frag = config.name.removeprefix("wmma_")
     if not config.name.startswith("wmma_") or frag not in FRAGS.get(dtype, ()):
         raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {dtype} takes "
@@ -292,8 +297,8 @@ class RawWmmaBackend(Backend):
                     for name, bps in BLOCKS_PER_SM.items()]
         out = []
         if fast_eligible(problem) is None:
-            for name, (bm, bn, wm, wn, stages) in FAST_TILES.items():
-                out.append(Config.of(name, BM=bm, BN=bn, BK=FAST_BK, STAGES=stages,
+            for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
+                out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
                                      WARPS=wm * wn, FRAG="16x16x16"))
         for frag in FRAGS.get(problem.in_dtype, ()):
             bm, bn = generic_tile(frag)

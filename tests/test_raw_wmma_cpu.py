@@ -161,9 +161,10 @@ def test_sass_details(builds):
     for arch in ARCHS:
         fast = builds[("wmma_fast.cu", arch)][1]
         for name, sass in fast.items():
-            assert "LDGSTS.E.BYPASS.128" in sass, f"{name} {arch}: no 16-byte cp.async"
-            if "_f16_" in name:  # (bf16 fragments may be read with plain shared loads)
-                assert "LDSM" in sass, f"{name} {arch}: fragments not loaded with ldmatrix"
+            assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128", sass), \
+                f"{name} {arch}: no 16-byte cp.async"
+            assert "LDSM" in sass, f"{name} {arch}: fragments not loaded with ldmatrix"
+            assert not re.search(r"\bLD\.E", sass), f"{name} {arch}: generic fragment loads"
             assert "STG.E.128" in sass, f"{name} {arch}: no 16-byte epilogue store"
         dot = builds[("dot.cu", arch)][1]
         for name, sass in dot.items():
@@ -215,13 +216,14 @@ def test_every_kernel_the_backend_chooses_exists(builds):
 @needs_nvcc
 def test_fast_smem_size_matches_the_kernel(tmp_path):
     lines = ['#include "wmma_fast.cu"']
-    for bm, bn, wm, wn, st in rw.FAST_TILES.values():
+    for bm, bn, bk, wm, wn, st in rw.FAST_TILES.values():
         for a_row in (True, False):
             for b_row in (True, False):
-                size = rw.fast_smem_bytes(bm, bn, st, a_row, b_row)
+                size = rw.fast_smem_bytes(bm, bn, bk, st, a_row, b_row)
+                assert size <= 227 * 1024
                 lines.append(f"static_assert(rw::FastGemm<__half, {str(a_row).lower()}, "
-                             f"{str(b_row).lower()}, {bm}, {bn}, {wm}, {wn}, {st}>::kSmemBytes "
-                             f"== {size}, \"smem {bm}x{bn} s{st}\");")
+                             f"{str(b_row).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}, "
+                             f"{st}>::kSmemBytes == {size}, \"smem {bm}x{bn}x{bk} s{st}\");")
     src = tmp_path / "smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([str(toolchain.require_nvcc()), "-arch=sm_90", "-cubin",
@@ -347,10 +349,10 @@ def test_available_never_raises():
 def test_default_config_for_big_f16_and_bf16_is_the_fast_kernel():
     for dtype in ("float16", "bfloat16"):
         configs = backend.configs(synthetic(8192, 8192, 8192, dtype))
-        assert configs[0].name == "fast_128x256x32_s3"
+        assert configs[0].name == "fast_128x256x64_s3"
         assert {c.name for c in configs} >= set(rw.FAST_TILES) | {"wmma_16x16x16",
                                                                    "wmma_32x8x16", "wmma_8x32x16"}
-        assert configs[0].get("STAGES") == 3 and configs[0].get("BK") == 32
+        assert configs[0].get("STAGES") == 3 and configs[0].get("BK") == 64
 
 
 @pytest.mark.parametrize("dtype,frags", [("float32", ["wmma_16x16x8"]),
