@@ -41,11 +41,11 @@ MAX_GRID_Y = 65535
 #: fast-kernel tiles: name -> (BM, BN, BK, warps along M, warps along N, stages); default first
 #: (kept in step with the RW_FAST_DTYPE list in raw_wmma/wmma_fast.cu)
 FAST_TILES = {
-    "fast_128x256x64_s3": (128, 256, 64, 2, 4, 3),
+    "fast_128x256x32_s3": (128, 256, 32, 2, 4, 3),
     "fast_128x128x64_s3": (128, 128, 64, 2, 2, 3),
     "fast_256x128x64_s3": (256, 128, 64, 4, 2, 3),
+    "fast_128x256x64_s3": (128, 256, 64, 2, 4, 3),
     "fast_128x256x64_s4": (128, 256, 64, 2, 4, 4),
-    "fast_128x256x32_s3": (128, 256, 32, 2, 4, 3),
     "fast_128x128x32_s4": (128, 128, 32, 2, 4, 4),
     "fast_128x128x32_s3": (128, 128, 32, 2, 2, 3),
 }

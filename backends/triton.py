@@ -41,6 +41,7 @@ TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
              (128, 128, 64, 8, 4, 8, True), (128, 128, 64, 8, 4, 8, False),
              (128, 256, 64, 8, 3, 16, False))
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
+AUTOTUNE_ROUNDS = 3
 DOT_BLOCK = 4096
 DOT_WARPS = 8
 DOT_PROGRAMS_PER_SM = 4
@@ -229,27 +230,36 @@ class TritonBackend(Backend):
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem, timed once per process
-        (the tuner, :func:`multibackend.tune`, times them all)."""
+        (the tuner, :func:`multibackend.tune`, times them all). Candidates are timed in
+        AUTOTUNE_ROUNDS interleaved rounds and ranked by their median over the rounds, so a
+        clock or temperature drift during tuning does not favour whichever ran first."""
         key = (problem.key, problem.acc, problem.has_c)
         best = self._best.get(key)
-        if best is None:
-            from multibackend.timing import time_gpu
+        if best is not None:
+            return best
+        import statistics
 
-            results = []
-            import torch
+        import torch
 
-            sms = torch.cuda.get_device_properties(ops.d.device).multi_processor_count
+        from multibackend.timing import time_gpu
+
+        sms = torch.cuda.get_device_properties(ops.d.device).multi_processor_count
+        times: dict[Config, list[float]] = {}
+        for _ in range(AUTOTUNE_ROUNDS):
             for candidate in self._shortlist(problem, sms):
-                try:
-                    ms = time_gpu(lambda: self._launch(problem, ops, candidate),
-                                  warmup=3, reps=15, max_seconds=1.0).median_ms
-                except Exception:  # a tile the compiler cannot fit is skipped
+                if candidate in times and not times[candidate]:
                     continue
-                results.append((ms, candidate))
-            if not results:
-                raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
-            best = min(results, key=lambda r: r[0])[1]
-            self._best[key] = best
+                samples = times.setdefault(candidate, [])
+                try:
+                    samples.append(time_gpu(lambda: self._launch(problem, ops, candidate),
+                                            warmup=2, reps=7, max_seconds=0.5).median_ms)
+                except Exception:  # a tile the compiler cannot fit is skipped
+                    samples.clear()
+        ranked = [(statistics.median(v), c) for c, v in times.items() if v]
+        if not ranked:
+            raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
+        best = min(ranked, key=lambda r: r[0])[1]
+        self._best[key] = best
         return best
 
     # -- dot ------------------------------------------------------------------------------

@@ -67,8 +67,11 @@ class Plan:
                 d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=a.device)
             ops = Operands(a, b, c if p.has_c else None, d, self.alpha, self.beta,
                            caller_stream(self.kind, a.device))
-        with on_stream(ops.stream, a.device):
+        if self.kind == "torch":  # the caller's stream is torch's current one already
             self.backend.run(p, ops, self.decision.config)
+        else:
+            with on_stream(ops.stream, a.device):
+                self.backend.run(p, ops, self.decision.config)
         if p.op == "dot":
             d = d.reshape(())
         elif self.squeeze:
