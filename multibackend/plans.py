@@ -56,13 +56,18 @@ class Plan:
             d = torch.empty((1,), dtype=self.d_dtype, device=a.device)
             ops = Operands(a, b, None, d, stream=caller_stream(self.kind, a.device))
         else:
-            a = a if a.dim() == 3 else a.unsqueeze(0).expand(p.batch, *a.shape)
-            b = b if b.dim() == 3 else b.unsqueeze(0).expand(p.batch, *b.shape)
-            if p.has_c:
-                c = c if c.dim() == 3 else c.unsqueeze(0)
-                c = c.expand(p.batch, *c.shape[1:])
+            if p.batch == 1:
+                a = a if a.dim() == 3 else a.unsqueeze(0)
+                b = b if b.dim() == 3 else b.unsqueeze(0)
+                c = c if c is None or c.dim() == 3 else c.unsqueeze(0)
+            else:
+                a = a if a.dim() == 3 else a.unsqueeze(0).expand(p.batch, *a.shape)
+                b = b if b.dim() == 3 else b.unsqueeze(0).expand(p.batch, *b.shape)
+                if p.has_c:
+                    c = c if c.dim() == 3 else c.unsqueeze(0)
+                    c = c.expand(p.batch, *c.shape[1:])
             if out is not None:
-                d = out.view(p.batch, p.m, p.n)
+                d = out if out.dim() == 3 else out.unsqueeze(0)
             else:
                 d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=a.device)
             ops = Operands(a, b, c if p.has_c else None, d, self.alpha, self.beta,

@@ -219,3 +219,18 @@ def test_plans_never_key_on_array_valued_scalars():
     alpha.fill_(5.0)
     assert float(mb.matmul(a, b, alpha=alpha)[0, 0]) == 20.0
     assert len(plans._PLANS) == 0
+
+
+def test_remembered_plan_for_batched_broadcast_operands():
+    from multibackend import plans
+
+    plans.forget()
+    gen = torch.Generator().manual_seed(6)
+    a = torch.rand((3, 9, 17), generator=gen)
+    b = torch.rand((17, 5), generator=gen)
+    c = torch.rand((9, 5), generator=gen)
+    expected = a.double() @ b.double() - c.double()
+    for _ in range(2):
+        d = mb.matmul(a, b, c, beta=-1.0)
+        assert d.shape == (3, 9, 5) and (d.double() - expected).abs().max() < 1e-4
+    assert len(plans._PLANS) == 1
