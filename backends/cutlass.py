@@ -14,7 +14,7 @@ import ctypes
 from multibackend import cutlass_build, cutlass_emit, dtypes, toolchain
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
-from multibackend.errors import InvalidArgument, MultibackendError
+from multibackend.errors import InvalidArgument, KernelRefused
 from multibackend.problem import Problem
 
 NAME = "cutlass"
@@ -109,10 +109,6 @@ def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
     found += [_config(candidate, swizzle, raster) for raster in ("m", "n")
               for swizzle in (1, *SWIZZLES)]
     return found
-
-
-class KernelRefused(MultibackendError, RuntimeError):
-    """A compiled CUTLASS kernel refused the arguments or failed to launch (nothing written)."""
 
 
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))

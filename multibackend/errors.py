@@ -32,3 +32,7 @@ class BackendUnavailable(MultibackendError, RuntimeError):
 
 class CompileError(MultibackendError, RuntimeError):
     """A kernel failed to compile; the message carries the compiler's log and kernel name."""
+
+
+class KernelRefused(MultibackendError, RuntimeError):
+    """A compiled kernel refused the arguments or failed to launch (nothing was written)."""
