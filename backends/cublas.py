@@ -118,15 +118,20 @@ class CublasBackend(Backend):
         compute = (_COMPUTE_F32[problem.precision] if dtype == "float32" else _COMPUTE[dtype])
         a, b = problem.a, problem.b
         handle = device.get_cublas_handle()
-        cublas.setStream(handle, ops.stream)
         kind = _DATA_TYPE[dtype]
-        cublas.gemmStridedBatchedEx(
-            handle, _OP_N if b.layout == "row" else _OP_T, _OP_N if a.layout == "row" else _OP_T,
-            problem.n, problem.m, problem.k, alpha.ctypes.data,
-            ops.b.data_ptr(), kind, b.ld, b.batch_stride,
-            ops.a.data_ptr(), kind, a.ld, a.batch_stride,
-            beta.ctypes.data, d.data_ptr(), kind, problem.n, problem.m * problem.n,
-            problem.batch, compute, _GEMM_DEFAULT)
+        previous = cublas.getStream(handle)
+        cublas.setStream(handle, ops.stream)
+        try:
+            cublas.gemmStridedBatchedEx(
+                handle, _OP_N if b.layout == "row" else _OP_T,
+                _OP_N if a.layout == "row" else _OP_T,
+                problem.n, problem.m, problem.k, alpha.ctypes.data,
+                ops.b.data_ptr(), kind, b.ld, b.batch_stride,
+                ops.a.data_ptr(), kind, a.ld, a.batch_stride,
+                beta.ctypes.data, d.data_ptr(), kind, problem.n, problem.m * problem.n,
+                problem.batch, compute, _GEMM_DEFAULT)
+        finally:
+            cublas.setStream(handle, previous)
 
     def _product(self, problem: Problem, ops: Operands, d) -> None:
         """Write alpha * A @ B + beta * C into D."""

@@ -42,6 +42,7 @@ TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
              (128, 256, 64, 8, 3, 16, False))
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
 AUTOTUNE_ROUNDS = 3
+MAX_GRID_Y = 65535
 DOT_BLOCK = 4096
 DOT_WARPS = 8
 DOT_PROGRAMS_PER_SM = 4
@@ -68,15 +69,27 @@ def _tma_config(tile: tuple) -> Config:
 
 def tma_eligible(problem: Problem) -> bool:
     """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
-    with A row-major, B row- or column-major, and every base and row 16-byte aligned."""
+    with A row-major, B row- or column-major, and every base and row 16-byte aligned (D's
+    alignment is checked again at launch, since the Problem does not record it)."""
     if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
             "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
         return False
     if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
         return False
+    width = dtypes.get(problem.in_dtype).itemsize
+    a_row = problem.a.strides[0] * width
+    b_row = (problem.b.strides[0] if problem.b.layout == "row" else problem.b.strides[1]) * width
     d_row_bytes = problem.n * dtypes.get(problem.d_dtype).itemsize
-    return (problem.a.align >= 16 and problem.b.align >= 16 and problem.a.ld_bytes % 16 == 0
-            and problem.b.ld_bytes % 16 == 0 and d_row_bytes % 16 == 0)
+    return (problem.a.align >= 16 and problem.b.align >= 16 and a_row % 16 == 0
+            and b_row % 16 == 0 and d_row_bytes % 16 == 0)
+
+
+def _tma_ready(ops: Operands) -> bool:
+    """The arrays as they are at launch meet the TMA unit's 16-byte rules."""
+    for t in (ops.a[0], ops.b[0], ops.d[0]):
+        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride() if s != 1):
+            return False
+    return True
 
 
 def _capability() -> Capability:
@@ -96,12 +109,19 @@ def _capability() -> Capability:
         DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
     )
     return Capability("triton", rules, batched=True, saturate=False,
-                      extra_checks=(_accumulator_rule,))
+                      extra_checks=(_accumulator_rule, _batch_rule))
 
 
 def _accumulator_rule(problem: Problem) -> tuple[str, str] | None:
     if problem.acc == "float16" and problem.d_dtype != "float16":
         return ("accumulator", "float16 accumulation writes a float16 D only")
+    return None
+
+
+def _batch_rule(problem: Problem) -> tuple[str, str] | None:
+    if problem.batch > MAX_GRID_Y:
+        return ("batch", f"batch is {problem.batch}: the batch is the grid's second axis, "
+                         f"at most {MAX_GRID_Y}")
     return None
 
 
@@ -206,10 +226,12 @@ class TritonBackend(Backend):
             num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
-        if config.get("kind") == "tma":
-            self._launch_tma(problem, ops, config)
-        else:
+        if config.get("kind") != "tma":
             self._launch_matmul(problem, ops, config)
+        elif _tma_ready(ops):
+            self._launch_tma(problem, ops, config)
+        else:  # an out= array off the 16-byte grid: the same tile through plain loads
+            self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
         """The first two TMA and pointer candidates, and the largest pointer tile that still
@@ -233,7 +255,7 @@ class TritonBackend(Backend):
         (the tuner, :func:`multibackend.tune`, times them all). Candidates are timed in
         AUTOTUNE_ROUNDS interleaved rounds and ranked by their median over the rounds, so a
         clock or temperature drift during tuning does not favour whichever ran first."""
-        key = (problem.key, problem.acc, problem.has_c)
+        key = problem
         best = self._best.get(key)
         if best is not None:
             return best

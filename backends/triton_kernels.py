@@ -8,7 +8,8 @@ GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M til
 time, for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and
 column-major A and B run without copies. Rows and columns past M and N are read wrapped
 (index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
-unless EVEN_K. The accumulator is float32, float16, float64 or int32 (ACC); D is written
+unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly.
+The accumulator is float32, float16, float64 or int32 (ACC); D is written
 masked, once.
 """
 from __future__ import annotations
@@ -43,8 +44,8 @@ def matmul_kernel(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = offs_m % M
-    cols = offs_n % N
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
               + offs_k[None, :] * stride_ak)
@@ -68,15 +69,17 @@ def matmul_kernel(
         b_ptrs += BLOCK_K * stride_bk
 
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    out_m = offs_m.to(tl.int64)
+    out_n = offs_n.to(tl.int64)
     if SCALE:
         acc = acc * alpha
     if HAS_C:
-        c_ptrs = (c_ptr + batch * stride_cb + offs_m[:, None] * stride_cm
-                  + offs_n[None, :] * stride_cn)
+        c_ptrs = (c_ptr + batch * stride_cb + out_m[:, None] * stride_cm
+                  + out_n[None, :] * stride_cn)
         c = tl.load(c_ptrs, mask=mask, other=0)
         acc = acc + beta * c.to(ACC)
-    d_ptrs = (d_ptr + batch * stride_db + offs_m[:, None] * stride_dm
-              + offs_n[None, :] * stride_dn)
+    d_ptrs = (d_ptr + batch * stride_db + out_m[:, None] * stride_dm
+              + out_n[None, :] * stride_dn)
     tl.store(d_ptrs, acc.to(d_ptr.dtype.element_ty), mask=mask)
 
 
@@ -149,7 +152,7 @@ def matmul_tma_persistent_kernel(
             offs_m = off_m + tl.arange(0, BLOCK_M)
             offs_n = off_n + tl.arange(0, BLOCK_N)
             mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-            c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-                        mask=mask, other=0)
+            c = tl.load(c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
+                        + offs_n.to(tl.int64)[None, :] * stride_cn, mask=mask, other=0)
             acc = acc + beta * c.to(ACC)
         d_desc.store([off_m, off_n], acc.to(d_desc.dtype))

@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
-    "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits", "MultibackendError", "InvalidArgument", "InvalidType",
-    "UnsupportedProblem", "BackendUnavailable", "CompileError", "KernelRefused", "__version__",
+    "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits",
+    "MultibackendError", "InvalidArgument", "InvalidType", "UnsupportedProblem",
+    "BackendUnavailable", "CompileError", "KernelRefused", "__version__",
 ]

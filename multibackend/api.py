@@ -37,15 +37,15 @@ def execute(call: Call, decision: Decision) -> None:
 
 
 def _trivial(call: Call) -> bool:
-    """Answer empty and K = 0 matmuls without a kernel; True when done."""
+    """Answer empty and K = 0 problems without a kernel; True when done."""
     p, ops = call.problem, call.operands
     if p.m and p.n and p.k:
         return False
-    if ops.d.numel() and ops.c is not None and ops.beta != 0:
-        with on_stream(ops.stream, call.device):
+    with on_stream(ops.stream, call.device):
+        if ops.d.numel() and ops.c is not None and ops.beta != 0:
             ops.d.copy_(ops.c * ops.beta)
-    elif ops.d.numel():
-        ops.d.zero_()
+        elif ops.d.numel():
+            ops.d.zero_()
     return True
 
 
@@ -55,7 +55,13 @@ def _finish(call: Call) -> Any:
         d = d.reshape(())
     elif call.squeeze:
         d = d[0]
-    return to_kind(d, call.kind)
+    result = to_kind(d, call.kind)
+    if call.user_out is not None and result is not call.user_out:
+        import numpy as np
+
+        np.copyto(call.user_out, result)
+        return call.user_out
+    return result
 
 
 def _resolve_config(call: Call, backend: str | None, config: Any):
@@ -133,6 +139,7 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
     unhashable options, or arrays other than torch tensors and CuPy arrays)."""
     if any(hasattr(o, "shape") for o in options):
         return None, None
+    options = options + tuple(type(o) for o in options)  # alpha=True is not alpha=1
     try:
         hash(options)
     except TypeError:
@@ -170,8 +177,7 @@ def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
     if fast[0] is not None:
         return fast[0]
     call = dot_call(x, y, acc_dtype=acc_dtype)
-    if call.problem.k == 0:
-        call.operands.d.zero_()
+    if _trivial(call):
         return _finish(call)
     return _dispatch_and_run(call, backend, config, fast[1])
 

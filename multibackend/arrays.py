@@ -14,6 +14,7 @@ with no device-wide synchronization.
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,8 @@ def adapt(x: Any, name: str, op: str) -> Adapted:
         import numpy as np
 
         arr = np.asarray(x)
+        if any(stride < 0 for stride in arr.strides):
+            arr = np.ascontiguousarray(arr)  # torch views no negative strides
         try:
             tensor = torch.from_numpy(arr)
         except TypeError as exc:
@@ -98,6 +101,9 @@ def scalar(value: Any, name: str, op: str, *, integer: bool) -> float | int:
         item = value.item()
     if isinstance(item, bool) or not isinstance(item, numbers.Real):
         raise InvalidType(f"{op}: {name} is {value!r}: it must be a real scalar")
+    if integer and not math.isfinite(item):
+        raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer type: "
+                              "integer outputs take finite integer alpha and beta")
     if integer:
         if float(item) != int(item):
             raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
@@ -130,10 +136,16 @@ def caller_stream(kind: str, device: Any) -> int:
 
 @contextlib.contextmanager
 def on_stream(stream: int, device: Any):
-    """Make ``stream`` torch's current stream on ``device`` for the body."""
+    """Make ``device`` the current device and ``stream`` torch's current stream on it for the
+    body (nothing to do when both already are)."""
     torch = _torch()
-    if device.type != "cuda" or stream == int(torch.cuda.current_stream(device).cuda_stream):
+    if device.type != "cuda":
         yield
         return
-    with torch.cuda.device(device), torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+    if device.index == torch.cuda.current_device() and \
+            stream == torch.cuda.current_stream(device).cuda_stream:
+        yield
+        return
+    external = torch.cuda.ExternalStream(stream, device=device)
+    with torch.cuda.device(device), torch.cuda.stream(external):
         yield

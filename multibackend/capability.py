@@ -14,6 +14,10 @@ from .problem import Problem
 ANY_LAYOUT = ("row", "col", "strided")
 
 
+def _layout_words(layout: str) -> str:
+    return "strided (neither row- nor column-major)" if layout == "strided" else f"{layout}-major"
+
+
 @dataclass(frozen=True)
 class Reason:
     """Why a backend cannot serve a request: which backend, which rule, and in words."""
@@ -94,11 +98,11 @@ class Capability:
                                    f"{rule.dtype} (offered: {offered})")
         if problem.op == "matmul":
             if problem.a.layout not in rule.a_layouts:
-                return no("layout", f"A is {problem.a.layout}-major; {rule.dtype} takes A "
-                                    f"{' or '.join(rule.a_layouts)}")
+                return no("layout", f"A is {_layout_words(problem.a.layout)}; {rule.dtype} "
+                                    f"takes A {' or '.join(rule.a_layouts)}-major")
             if problem.b.layout not in rule.b_layouts:
-                return no("layout", f"B is {problem.b.layout}-major; {rule.dtype} takes B "
-                                    f"{' or '.join(rule.b_layouts)}")
+                return no("layout", f"B is {_layout_words(problem.b.layout)}; {rule.dtype} "
+                                    f"takes B {' or '.join(rule.b_layouts)}-major")
             if problem.batch > 1 and not self.batched:
                 return no("batch", "batched operands are not offered")
             if problem.saturate and not self.saturate:

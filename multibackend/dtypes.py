@@ -90,7 +90,8 @@ def torch_dtype(name: str):
 
     record = get(name)
     if record.torch_name is None:
-        raise ValueError(f"dtype {name!r} is packed sub-byte data; it has no torch dtype of its own")
+        raise ValueError(f"dtype {name!r} is packed sub-byte data; it has no torch dtype "
+                         "of its own")
     return getattr(torch, record.torch_name)
 
 

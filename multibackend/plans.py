@@ -23,6 +23,7 @@ from .arrays import caller_stream, on_stream, to_kind
 from .dispatch import ENV_BACKEND, Decision
 from .problem import Problem
 from .registry import REGISTRY
+from .request import batched
 
 LIMIT = 4096
 
@@ -52,31 +53,26 @@ class Plan:
         torch = sys.modules["torch"]
         p = self.problem
         a, b, c, out = tensors
-        if p.op == "dot":
-            d = torch.empty((1,), dtype=self.d_dtype, device=a.device)
-            ops = Operands(a, b, None, d, stream=caller_stream(self.kind, a.device))
-        else:
-            if p.batch == 1:
-                a = a if a.dim() == 3 else a.unsqueeze(0)
-                b = b if b.dim() == 3 else b.unsqueeze(0)
-                c = c if c is None or c.dim() == 3 else c.unsqueeze(0)
+        device = a.device
+        stream = caller_stream(self.kind, device)
+        # the caller's stream (and device) current while D is allocated and the kernel runs
+        with on_stream(stream, device):
+            if p.op == "dot":
+                d = torch.empty((1,), dtype=self.d_dtype, device=device)
+                ops = Operands(a, b, None, d, stream=stream)
             else:
-                a = a if a.dim() == 3 else a.unsqueeze(0).expand(p.batch, *a.shape)
-                b = b if b.dim() == 3 else b.unsqueeze(0).expand(p.batch, *b.shape)
-                if p.has_c:
-                    c = c if c.dim() == 3 else c.unsqueeze(0)
-                    c = c.expand(p.batch, *c.shape[1:])
-            if out is not None:
-                d = out if out.dim() == 3 else out.unsqueeze(0)
-            else:
-                d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=a.device)
-            ops = Operands(a, b, c if p.has_c else None, d, self.alpha, self.beta,
-                           caller_stream(self.kind, a.device))
-        if self.kind == "torch":  # the caller's stream is torch's current one already
+                if p.batch == 1:
+                    a = a if a.dim() == 3 else a.unsqueeze(0)
+                    b = b if b.dim() == 3 else b.unsqueeze(0)
+                else:
+                    a, b = batched(a, p.batch), batched(b, p.batch)
+                c = batched(c, p.batch) if p.has_c else None
+                if out is not None:
+                    d = out if out.dim() == 3 else out.unsqueeze(0)
+                else:
+                    d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=device)
+                ops = Operands(a, b, c, d, self.alpha, self.beta, stream)
             self.backend.run(p, ops, self.decision.config)
-        else:
-            with on_stream(ops.stream, a.device):
-                self.backend.run(p, ops, self.decision.config)
         if p.op == "dot":
             d = d.reshape(())
         elif self.squeeze:

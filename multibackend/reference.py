@@ -127,9 +127,9 @@ def compare(problem: Problem, out, ref) -> Comparison:
                           f"NaN at {int((nan_ref != nan_got).sum())} elements where the "
                           "reference has none (or missing where it has one)")
     if bool((inf_ref != inf_got).any()) or bool((ref[inf_ref] != got[inf_ref]).any()):
+        differing = int(((inf_ref != inf_got) | (inf_ref & (ref != got))).sum())
         return Comparison(math.nan, math.nan, bound, exact, False,
-                          "Inf differs from the reference at "
-                          f"{int(((inf_ref != inf_got) | (inf_ref & (ref != got))).sum())} elements")
+                          f"Inf differs from the reference at {differing} elements")
     diff = xp.where(finite, got - ref, 0.0)
     max_abs = float(xp.abs(diff).max()) if diff.size else 0.0
     ref_norm = float(xp.linalg.norm(xp.where(finite, ref, 0.0).ravel()))

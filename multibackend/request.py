@@ -12,7 +12,7 @@ from typing import Any
 from multibackend.backends.base import Operands
 
 from . import dtypes
-from .arrays import Adapted, adapt, caller_stream, check_same_place, scalar
+from .arrays import Adapted, adapt, caller_stream, check_same_place, on_stream, scalar
 from .errors import InvalidArgument
 from .problem import PRECISIONS, Problem, make_operand
 
@@ -28,6 +28,7 @@ class Call:
     kind: str  # the array kind of A, which the result takes
     squeeze: bool  # return D as 2-D (neither A nor B was 3-D)
     device: Any
+    user_out: Any = None  # a NumPy ``out`` the result is copied back into
 
 
 def _shape(t) -> str:
@@ -57,11 +58,35 @@ def _to_gpu_if_host(adapted: dict[str, Adapted]) -> dict[str, Adapted]:
                           a.kind, a.dtype) for name, a in adapted.items()}
 
 
-def _operand(t, batch: int) -> Any:
-    """``t`` as a 3-D (batch, rows, cols) view; a 2-D operand is broadcast (batch stride 0)."""
+def batched(t, batch: int) -> Any:
+    """``t`` as a 3-D (batch, rows, cols) view: a 2-D operand, or a 3-D one with a batch of
+    1, is broadcast over the batch (batch stride 0)."""
     if t.dim() == 2:
-        t = t.unsqueeze(0).expand(batch, *t.shape)
+        t = t.unsqueeze(0)
+    if t.shape[0] != batch:
+        t = t.expand(batch, *t.shape[1:])
     return t
+
+
+def _span(t) -> tuple[int, int]:
+    """The byte range a tensor's elements occupy."""
+    start = t.data_ptr()
+    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return start, start + (extent + 1) * t.element_size()
+
+
+def _check_no_overlap(op: str, named: dict[str, Adapted]) -> None:
+    """``out`` must not share memory with A, B or C (kernels read those while writing D)."""
+    if "out" not in named or named["out"].tensor.numel() == 0:
+        return
+    o_start, o_end = _span(named["out"].tensor)
+    for name in ("A", "B", "C"):
+        if name in named and named[name].tensor.numel():
+            start, end = _span(named[name].tensor)
+            if start < o_end and o_start < end and \
+                    named[name].tensor.device == named["out"].tensor.device:
+                raise InvalidArgument(f"{op}: out shares memory with {name}: out must be a "
+                                      "separate array (D is written while A, B and C are read)")
 
 
 def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
@@ -150,20 +175,22 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
             raise InvalidArgument(f"{op}: out has strides {tuple(o.tensor.stride())}: out "
                                   "must be row-major contiguous")
 
+    _check_no_overlap(op, named)
+    user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
     named = _to_gpu_if_host(named)
     device, cc = _device_and_cc([x.tensor for x in named.values()])
-    ta = _operand(named["A"].tensor, batch)
-    tb = _operand(named["B"].tensor, batch)
-    tc = _operand(named["C"].tensor, batch) if "C" in named else None
-    if tc is not None and tc.shape[0] != batch:
-        tc = tc.expand(batch, *tc.shape[1:])
+    ta = batched(named["A"].tensor, batch)
+    tb = batched(named["B"].tensor, batch)
+    tc = batched(named["C"].tensor, batch) if "C" in named else None
+    stream = caller_stream(a.kind, device)
     if "out" in named:
         td = named["out"].tensor.view(batch, int(m), int(n))
     else:
         import torch
 
-        td = torch.empty((batch, int(m), int(n)), dtype=dtypes.torch_dtype(d_dtype),
-                         device=device)
+        with on_stream(stream, device):
+            td = torch.empty((batch, int(m), int(n)), dtype=dtypes.torch_dtype(d_dtype),
+                             device=device)
 
     def describe(t, dtype: str, rows: int, cols: int):
         return make_operand(dtype, rows, cols, (t.stride(1), t.stride(2)),
@@ -176,8 +203,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
         saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop)
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
-                        beta=beta_v, stream=caller_stream(a.kind, device))
-    return Call(problem, operands, a.kind, squeeze, device)
+                        beta=beta_v, stream=stream)
+    return Call(problem, operands, a.kind, squeeze, device, user_out)
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
@@ -203,9 +230,11 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
 
     tx, ty = named["x"].tensor, named["y"].tensor
     n = int(tx.shape[0])
-    td = torch.empty((1,), dtype=dtypes.torch_dtype(acc), device=device)
+    stream = caller_stream(vx.kind, device)
+    with on_stream(stream, device):
+        td = torch.empty((1,), dtype=dtypes.torch_dtype(acc), device=device)
     vec = [make_operand(vx.dtype, 1, n, (n, t.stride(0)), 0, t.data_ptr()) for t in (tx, ty)]
     problem = Problem(op="dot", m=1, n=1, k=n, batch=1, a=vec[0], b=vec[1], c=None,
                       d_dtype=acc, acc=acc, device=str(device), cc=cc)
-    operands = Operands(a=tx, b=ty, c=None, d=td, stream=caller_stream(vx.kind, device))
+    operands = Operands(a=tx, b=ty, c=None, d=td, stream=stream)
     return Call(problem, operands, vx.kind, False, device)

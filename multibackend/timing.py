@@ -5,8 +5,9 @@ the median of many runs. Before each timed run the L2 cache is flushed by writin
 larger than it (outside the timed region), so small problems are not flattered by operands
 left in cache from the previous run. Then the GPU is held busy (a spin kernel lasting a little
 longer than one call's host time) while the host queues the start event, the call and the end
-event, so the events measure the GPU's work and not the host's launch overhead. Host overhead (calls per second of the Python entry
-point) is measured separately with :func:`host_calls_per_second`.
+event, so the events measure the GPU's work and not the host's launch overhead. Host overhead
+(calls per second of the Python entry point) is measured separately with
+:func:`host_calls_per_second`.
 """
 from __future__ import annotations
 

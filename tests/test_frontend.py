@@ -234,3 +234,41 @@ def test_remembered_plan_for_batched_broadcast_operands():
         d = mb.matmul(a, b, c, beta=-1.0)
         assert d.shape == (3, 9, 5) and (d.double() - expected).abs().max() < 1e-4
     assert len(plans._PLANS) == 1
+
+
+def test_batch_of_one_is_broadcast_like_a_matrix():
+    gen = torch.Generator().manual_seed(7)
+    a = torch.rand((1, 5, 7), generator=gen)
+    b = torch.rand((4, 7, 6), generator=gen)
+    for _ in range(2):  # the full path, then the remembered plan
+        d = mb.matmul(a, b, backend="triton")
+        assert d.shape == (4, 5, 6)
+        assert (d.double() - a.double() @ b.double()).abs().max() < 1e-5
+    assert matmul_call(a, b).problem.a.batch_stride == 0
+
+
+def test_review_edge_cases_of_scalars_strides_and_aliasing():
+    ones = torch.ones((4, 4))
+    mb.matmul(ones, ones, alpha=1)
+    with pytest.raises(InvalidType, match="alpha is True"):
+        mb.matmul(ones, ones, alpha=True)
+    with pytest.raises(InvalidArgument, match="finite integer alpha"):
+        mb.matmul(np.ones((4, 4), np.int8), np.ones((4, 4), np.int8), alpha=float("inf"))
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_allclose(mb.matmul(a[::-1], a), a[::-1] @ a, rtol=1e-6)
+    c = torch.rand((4, 4))
+    with pytest.raises(InvalidArgument, match="out shares memory with C"):
+        mb.matmul(ones, ones, c, out=c)
+    with pytest.raises(InvalidArgument, match="out shares memory with A"):
+        mb.matmul(ones, ones, out=ones)
+
+
+def test_strided_layout_is_named_plainly():
+    from multibackend.capability import Capability, DtypeRule
+
+    cap = Capability("demo", (DtypeRule("float32", accs=("float32",), outs=("float32",),
+                                        precisions=("ieee",), a_layouts=("row",)),))
+    a = torch.ones((8, 16))[:, ::2]
+    reason = cap.check(matmul_call(a, torch.ones((8, 4))).problem)
+    assert reason.rule == "layout" and "A is strided (neither row- nor column-major)" in \
+        reason.message and "takes A row-major" in reason.message
