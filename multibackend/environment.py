@@ -36,13 +36,31 @@ def gpu() -> dict:
         "memory_gib": round(props.total_memory / 2**30, 1),
         "cuda_runtime": torch.version.cuda,
     }
+    info["driver"] = driver_version()
+    return info
+
+
+def driver_version() -> str | None:
+    """The NVIDIA driver's version (e.g. "580.159.04") through NVML, else the CUDA version
+    the driver supports (e.g. "CUDA 13.0"), else None."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        pass
     try:
         import cupy
 
-        info["driver"] = str(cupy.cuda.runtime.driverGetVersion())
+        api = int(cupy.cuda.runtime.driverGetVersion())
+        return f"CUDA {api // 1000}.{api % 1000 // 10}"
     except Exception:
-        info["driver"] = None
-    return info
+        return None
 
 
 def compute_capability() -> tuple[int, int] | None:
