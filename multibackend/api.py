@@ -20,10 +20,11 @@ from typing import Any
 
 from . import plans
 from .arrays import on_stream, to_kind
-from .dispatch import Decision, decide
-from .errors import InvalidArgument
+from .dispatch import Decision, decide, verdict
+from .errors import InvalidArgument, UnsupportedProblem
+from .problem import Problem
 from .registry import REGISTRY
-from .request import Call, dot_call, matmul_call
+from .request import Call, call_for, dot_call, matmul_call
 
 BITOPS = ("xor", "and")
 
@@ -189,19 +190,9 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
 
     With B None, A is taken to be a :class:`~multibackend.problem.Problem`. For a 1-D A and
     B the decision is dot's."""
-    from .errors import UnsupportedProblem
-    from .problem import Problem
-
-    if B is None and isinstance(A, Problem):
-        problem = A
-    elif getattr(A, "ndim", None) == 1:
-        problem = dot_call(A, B, **kwargs).problem
-    else:
-        problem = matmul_call(A, B, C, **kwargs).problem
+    problem = A if B is None and isinstance(A, Problem) else call_for(A, B, C, **kwargs).problem
     try:
         return decide(problem, backend)
     except UnsupportedProblem as exc:
-        from .dispatch import Decision as _D, verdict
-
         verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
-        return _D(problem, None, None, "none", str(exc), verdicts)
+        return Decision(problem, None, None, "none", str(exc), verdicts)

@@ -18,7 +18,7 @@ from .api import execute
 from .arrays import on_stream
 from .dispatch import Decision, decide, verdict
 from .registry import REGISTRY
-from .request import Call, dot_call, matmul_call
+from .request import Call, call_for
 
 
 @dataclass
@@ -156,8 +156,4 @@ def crosscheck(A: Any, B: Any, C: Any = None, *, backends: tuple[str, ...] | Non
                time_it: bool = True, **kwargs: Any) -> Report:
     """Cross-check ``matmul(A, B, C, **kwargs)`` (or ``dot`` for 1-D A and B) on every
     backend that supports it, against float64 and cuBLAS; returns a :class:`Report`."""
-    if getattr(A, "ndim", None) == 1:
-        call = dot_call(A, B, **kwargs)
-    else:
-        call = matmul_call(A, B, C, **kwargs)
-    return crosscheck_call(call, backends, time_it=time_it)
+    return crosscheck_call(call_for(A, B, C, **kwargs), backends, time_it=time_it)

@@ -238,3 +238,10 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
                       d_dtype=acc, acc=acc, device=str(device), cc=cc)
     operands = Operands(a=tx, b=ty, c=None, d=td, stream=stream)
     return Call(problem, operands, vx.kind, False, device)
+
+
+def call_for(A: Any, B: Any, C: Any = None, **kwargs: Any) -> Call:
+    """dot's Call for 1-D A (and B), matmul's otherwise."""
+    if getattr(A, "ndim", None) == 1:
+        return dot_call(A, B, **kwargs)
+    return matmul_call(A, B, C, **kwargs)
