@@ -16,6 +16,7 @@ library. The contract:
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,11 @@ class Config:
         return cls(name, tuple(sorted(params.items())))
 
     def get(self, key: str, default: Any = None) -> Any:
-        return dict(self.params).get(key, default)
+        return self._lookup.get(key, default)
+
+    @functools.cached_property
+    def _lookup(self) -> dict[str, Any]:
+        return dict(self.params)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, **dict(self.params)}

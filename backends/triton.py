@@ -24,6 +24,8 @@ from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
 
+from .triton_launch import Launcher, aligned
+
 #: GEMM tile candidates per operand width in bytes: (BLOCK_M, BLOCK_N, BLOCK_K, warps,
 #: stages, GROUP_M), the expected best first. Sized for Hopper's 227 KB of shared memory.
 POINTER_TILES = {
@@ -131,7 +133,8 @@ class TritonBackend(Backend):
 
     def __init__(self) -> None:
         self._capability = _capability()
-        self._best: dict[tuple, Config] = {}
+        self._best: dict[Problem, Config] = {}
+        self._matmul_launcher: Launcher | None = None
 
     @property
     def capability(self) -> Capability:
@@ -187,18 +190,20 @@ class TritonBackend(Backend):
         a, b, c, d = ops.a, ops.b, ops.c, ops.d
         c_arg = c if c is not None else d
         c_strides = c.stride() if c is not None else (0, 0, 0)
-        grid = (triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn), problem.batch)
-        kernels.matmul_kernel[grid](
-            a, b, c_arg, d, problem.m, problem.n, problem.k,
-            a.stride(0), a.stride(1), a.stride(2),
-            b.stride(0), b.stride(1), b.stride(2),
-            *c_strides, *d.stride(),
-            ops.alpha, ops.beta,
+        grid = (triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn), problem.batch, 1)
+        ints = (problem.m, problem.n, problem.k, *a.stride(), *b.stride(), *c_strides,
+                *d.stride())
+        scale = ops.alpha != 1
+        key = (problem, config.name, scale, c is not None, ints,
+               aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
+        if self._matmul_launcher is None:
+            self._matmul_launcher = Launcher(kernels.matmul_kernel)
+        args = (a, b, c_arg, d, *ints, ops.alpha, ops.beta)
+        self._matmul_launcher(key, grid, ops.stream, args, dict(
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"), ACC=acc,
             INPUT_PRECISION=precision, HAS_C=c is not None,
-            EVEN_K=problem.k % bk == 0, UPCAST=upcast, SCALE=ops.alpha != 1,
-            num_warps=config.get("num_warps"), num_stages=config.get("num_stages"),
-        )
+            EVEN_K=problem.k % bk == 0, UPCAST=upcast, SCALE=scale,
+            num_warps=config.get("num_warps"), num_stages=config.get("num_stages")))
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
         import torch

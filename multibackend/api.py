@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from multibackend.backends.base import Config
+
 from . import plans
 from .arrays import on_stream, to_kind
 from .dispatch import Decision, decide, verdict
@@ -67,8 +69,6 @@ def _finish(call: Call) -> Any:
 
 def _resolve_config(call: Call, backend: str | None, config: Any):
     """The Config asked for by ``config`` (a Config or one of the backend's config names)."""
-    from multibackend.backends.base import Config
-
     if config is None:
         return None
     op = call.problem.op
@@ -134,22 +134,23 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
     return _dispatch_and_run(call, backend, config, fast[1])
 
 
+#: option values a plan may be keyed on: anything else (NumPy scalars, 0-d arrays, whose
+#: value a key by identity would miss) takes the full path
+_PLAIN = frozenset({bool, int, float, str, type(None), Config})
+
+
 def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
     """(the result, None) when a remembered plan ran the call; else (None, the key under
-    which to remember this call's plan, or None when it cannot have one: array-valued or
-    unhashable options, or arrays other than torch tensors and CuPy arrays)."""
-    if any(hasattr(o, "shape") for o in options):
-        return None, None
-    options = options + tuple(type(o) for o in options)  # alpha=True is not alpha=1
-    try:
-        hash(options)
-    except TypeError:
+    which to remember this call's plan, or None when it cannot have one: options other than
+    plain scalars, strings and Configs, or arrays other than torch tensors and CuPy arrays)."""
+    kinds = tuple(map(type, options))
+    if not _PLAIN.issuperset(kinds):
         return None, None
     adapted = plans.as_tensors(arrays)
     if adapted is None:
         return None, None
     kind, tensors = adapted
-    plan_key = plans.key(options[0], kind, tensors, options)
+    plan_key = plans.key(options[0], kind, tensors, options + kinds)  # alpha=True is not 1
     plan = plans.lookup(plan_key)
     if plan is not None:
         return plan.run(tensors), None

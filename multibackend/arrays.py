@@ -123,6 +123,16 @@ def to_kind(tensor: Any, kind: str) -> Any:
     return cupy.from_dlpack(tensor)
 
 
+def _torch_stream(index: int) -> int:
+    """torch's current stream handle on device ``index`` (through the raw accessor Triton's
+    launcher uses too where this torch has it: the public one builds a Stream object)."""
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(index))
+    return int(torch.cuda.current_stream(index).cuda_stream)
+
+
 def caller_stream(kind: str, device: Any) -> int:
     """The raw CUDA stream handle the caller's work is ordered on (0 on the host)."""
     if device.type != "cuda":
@@ -131,21 +141,26 @@ def caller_stream(kind: str, device: Any) -> int:
         import cupy
 
         return int(cupy.cuda.get_current_stream().ptr)
-    return int(_torch().cuda.current_stream(device).cuda_stream)
+    return _torch_stream(device.index)
+
+
+def is_current(stream: int, device: Any) -> bool:
+    """Whether ``device`` is the current device and ``stream`` torch's current stream on it
+    (always so on the host)."""
+    if device.type != "cuda":
+        return True
+    torch = _torch()
+    return device.index == torch.cuda.current_device() and stream == _torch_stream(device.index)
 
 
 @contextlib.contextmanager
 def on_stream(stream: int, device: Any):
     """Make ``device`` the current device and ``stream`` torch's current stream on it for the
     body (nothing to do when both already are)."""
+    if is_current(stream, device):
+        yield
+        return
     torch = _torch()
-    if device.type != "cuda":
-        yield
-        return
-    if device.index == torch.cuda.current_device() and \
-            stream == torch.cuda.current_stream(device).cuda_stream:
-        yield
-        return
     external = torch.cuda.ExternalStream(stream, device=device)
     with torch.cuda.device(device), torch.cuda.stream(external):
         yield

@@ -19,7 +19,7 @@ from typing import Any
 from multibackend.backends.base import Operands
 
 from . import tuning
-from .arrays import caller_stream, on_stream, to_kind
+from .arrays import caller_stream, is_current, on_stream, to_kind
 from .dispatch import ENV_BACKEND, Decision
 from .problem import Problem
 from .registry import REGISTRY
@@ -50,34 +50,40 @@ class Plan:
                    REGISTRY.get(decision.backend), dtypes.torch_dtype(problem.d_dtype))
 
     def run(self, tensors: tuple) -> Any:
+        a = tensors[0]
+        device = a.device
+        stream = caller_stream(self.kind, device)
+        if is_current(stream, device):
+            d = self._launch(tensors, stream, device)
+        else:  # the caller's stream (and device) current while D is allocated and run
+            with on_stream(stream, device):
+                d = self._launch(tensors, stream, device)
+        return to_kind(d, self.kind)
+
+    def _launch(self, tensors: tuple, stream: int, device: Any) -> Any:
+        """Make D, run the backend, and return D in the caller's shape."""
         torch = sys.modules["torch"]
         p = self.problem
         a, b, c, out = tensors
-        device = a.device
-        stream = caller_stream(self.kind, device)
-        # the caller's stream (and device) current while D is allocated and the kernel runs
-        with on_stream(stream, device):
-            if p.op == "dot":
-                d = torch.empty((1,), dtype=self.d_dtype, device=device)
-                ops = Operands(a, b, None, d, stream=stream)
-            else:
-                if p.batch == 1:
-                    a = a if a.dim() == 3 else a.unsqueeze(0)
-                    b = b if b.dim() == 3 else b.unsqueeze(0)
-                else:
-                    a, b = batched(a, p.batch), batched(b, p.batch)
-                c = batched(c, p.batch) if p.has_c else None
-                if out is not None:
-                    d = out if out.dim() == 3 else out.unsqueeze(0)
-                else:
-                    d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=device)
-                ops = Operands(a, b, c, d, self.alpha, self.beta, stream)
-            self.backend.run(p, ops, self.decision.config)
         if p.op == "dot":
-            d = d.reshape(())
-        elif self.squeeze:
-            d = d[0]
-        return to_kind(d, self.kind)
+            d = torch.empty((1,), dtype=self.d_dtype, device=device)
+            self.backend.run(p, Operands(a, b, None, d, stream=stream), self.decision.config)
+            return d.reshape(())
+        if p.batch == 1:
+            a = a if a.dim() == 3 else a.unsqueeze(0)
+            b = b if b.dim() == 3 else b.unsqueeze(0)
+        else:
+            a, b = batched(a, p.batch), batched(b, p.batch)
+        c = batched(c, p.batch) if p.has_c else None
+        if out is not None:
+            d = out if out.dim() == 3 else out.unsqueeze(0)
+        else:
+            d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=device)
+        self.backend.run(p, Operands(a, b, c, d, self.alpha, self.beta, stream),
+                         self.decision.config)
+        if out is not None:
+            return out
+        return d[0] if self.squeeze else d
 
 
 _PLANS: dict[tuple, Plan] = {}

@@ -8,7 +8,7 @@ capability.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from . import dtypes
 
@@ -41,7 +41,7 @@ class Operand:
         return self.ld * dtypes.get(self.dtype).itemsize
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Problem:
     """One matmul ``D = alpha * A @ B + beta * C`` (op "matmul") or ``x . y`` (op "dot").
 
@@ -110,6 +110,26 @@ class Problem:
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)
+
+    def __hash__(self) -> int:
+        # computed once: a Problem keys the backends' per-problem caches on every call
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if type(other) is not Problem:
+            return NotImplemented
+        return hash(self) == hash(other) and all(
+            getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+    def __getstate__(self) -> dict:
+        # string hashes differ between processes: a pickled Problem leaves its hash behind
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
 def classify_layout(rows: int, cols: int, strides: tuple[int, int]) -> tuple[str, int]:

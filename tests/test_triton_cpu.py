@@ -150,3 +150,67 @@ def test_tma_persistent_gemm_uses_wgmma_and_tma(dtype):
 def test_dot_kernel_uses_16_byte_loads():
     info = _aot("dot", "float16")
     assert info["vector_loads"] > 0, info
+
+
+class _FakeCompiled:
+    """Stands in for a compiled Triton kernel: records launches through its launcher."""
+
+    def __init__(self, launches: list):
+        self.launches = launches
+        self.run = object()
+
+    def __getitem__(self, grid):
+        def runner(*args, stream=None):
+            self.launches.append(("kept", grid, args, stream))
+        return runner
+
+
+class _FakeJit:
+    """Stands in for a ``@triton.jit`` function with two runtime and two constexpr params."""
+
+    def __init__(self):
+        import inspect
+
+        def kernel(x_ptr, n, BLOCK, MODE=7):
+            pass
+
+        self.signature = inspect.signature(kernel)
+        self.launches: list = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **constexprs):
+            self.launches.append(("triton", grid, args, constexprs))
+            return _FakeCompiled(self.launches)
+        return launch
+
+
+def test_launcher_keeps_the_compiled_kernel_per_key(monkeypatch):
+    from multibackend.backends.triton_launch import Launcher, aligned
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    fn = _FakeJit()
+    launch = Launcher(fn)
+    launch(("k", 1), (4, 1, 1), 99, ("x", 10), {"BLOCK": 32, "num_warps": 4})
+    launch(("k", 1), (4, 1, 1), 123, ("y", 10), {"BLOCK": 32, "num_warps": 4})
+    launch(("k", 2), (8, 1, 1), 123, ("z", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4})
+    launch(("k", 2), (8, 1, 1), 5, ("w", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4})
+    assert fn.launches == [
+        ("triton", (4, 1, 1), ("x", 10), {"BLOCK": 32, "num_warps": 4}),
+        # the kept kernel takes every parameter, constexprs (and their defaults) included,
+        # and not the launch options
+        ("kept", (4, 1, 1), ("y", 10, 32, 7), 123),
+        ("triton", (8, 1, 1), ("z", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4}),
+        ("kept", (8, 1, 1), ("w", 11, 64, 1), 5),
+    ]
+    assert aligned(0, 16, 8, 4096 + 2) == (True, True, False, False)
+
+
+def test_launcher_keeps_nothing_under_the_interpreter(monkeypatch):
+    from multibackend.backends.triton_launch import Launcher
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    fn = _FakeJit()
+    launch = Launcher(fn)
+    for _ in range(2):
+        launch("k", (1, 1, 1), 0, ("x", 1), {"BLOCK": 1})
+    assert [entry[0] for entry in fn.launches] == ["triton", "triton"]
