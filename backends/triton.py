@@ -24,6 +24,7 @@ from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
 
+from .triton_launch import LIMIT as LAUNCH_LIMIT
 from .triton_launch import Launcher, aligned
 
 #: GEMM tile candidates per operand width in bytes: (BLOCK_M, BLOCK_N, BLOCK_K, warps,
@@ -134,7 +135,9 @@ class TritonBackend(Backend):
     def __init__(self) -> None:
         self._capability = _capability()
         self._best: dict[Problem, Config] = {}
+        self._last_best: tuple = (None, None)  # (problem, its best config), by identity
         self._matmul_launcher: Launcher | None = None
+        self._statics: dict[tuple[Problem, str], tuple] = {}
 
     @property
     def capability(self) -> Capability:
@@ -174,36 +177,47 @@ class TritonBackend(Backend):
         return [Config.of("autotune")] + tiles
 
     # -- matmul -------------------------------------------------------------------------
-    def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
+    def _matmul_statics(self, problem: Problem, config: Config) -> tuple:
+        """(grid, constexprs and launch options) of the pointer kernel for this problem and
+        config, worked out once."""
         import triton.language as tl
 
-        from . import triton_kernels as kernels
-
+        found = self._statics.get((problem, config.name))
+        if found is not None:
+            return found
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         acc = {"float32": tl.float32, "float16": tl.float16, "float64": tl.float64,
                "int32": tl.int32}[problem.acc]
-        precision = problem.precision or "ieee"
-        if problem.in_dtype == "float64":
-            precision = "ieee"
+        precision = "ieee" if problem.in_dtype == "float64" else problem.precision or "ieee"
         upcast = interpreting() and problem.in_dtype in ("bfloat16", "float8_e4m3fn",
                                                          "float8_e5m2")
+        grid = (-(-problem.m // bm) * -(-problem.n // bn), problem.batch, 1)
+        constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
+                          ACC=acc, INPUT_PRECISION=precision, EVEN_K=problem.k % bk == 0,
+                          UPCAST=upcast, num_warps=config.get("num_warps"),
+                          num_stages=config.get("num_stages"))
+        if len(self._statics) >= LAUNCH_LIMIT:
+            self._statics.clear()
+        self._statics[(problem, config.name)] = found = (grid, constexprs)
+        return found
+
+    def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
+        grid, constexprs = self._matmul_statics(problem, config)
         a, b, c, d = ops.a, ops.b, ops.c, ops.d
         c_arg = c if c is not None else d
         c_strides = c.stride() if c is not None else (0, 0, 0)
-        grid = (triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn), problem.batch, 1)
         ints = (problem.m, problem.n, problem.k, *a.stride(), *b.stride(), *c_strides,
                 *d.stride())
         scale = ops.alpha != 1
         key = (problem, config.name, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         if self._matmul_launcher is None:
+            from . import triton_kernels as kernels
+
             self._matmul_launcher = Launcher(kernels.matmul_kernel)
         args = (a, b, c_arg, d, *ints, ops.alpha, ops.beta)
-        self._matmul_launcher(key, grid, ops.stream, args, dict(
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"), ACC=acc,
-            INPUT_PRECISION=precision, HAS_C=c is not None,
-            EVEN_K=problem.k % bk == 0, UPCAST=upcast, SCALE=scale,
-            num_warps=config.get("num_warps"), num_stages=config.get("num_stages")))
+        self._matmul_launcher(key, grid, ops.stream, args,
+                              dict(constexprs, HAS_C=c is not None, SCALE=scale))
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
         import torch
@@ -240,15 +254,18 @@ class TritonBackend(Backend):
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
-        """The first two TMA and pointer candidates, and the largest pointer tile that still
-        gives every one of the ``sms`` multiprocessors a tile (small problems)."""
+        """The first two TMA candidates (where there are more tiles than the ``sms``
+        multiprocessors), the first two pointer candidates, and the largest pointer tile that
+        still gives every multiprocessor a tile (small problems)."""
         tiles = self.configs(problem)[1:]
-        tma = [c for c in tiles if c.get("kind") == "tma"][:2]
         pointer = [c for c in tiles if c.get("kind") != "tma"]
 
         def count(c: Config) -> int:
             return (triton.cdiv(problem.m, c.get("BLOCK_M"))
                     * triton.cdiv(problem.n, c.get("BLOCK_N")) * problem.batch)
+
+        # a persistent kernel pays off only with more tiles than multiprocessors
+        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms][:2]
 
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
@@ -263,9 +280,11 @@ class TritonBackend(Backend):
         clock or temperature drift during tuning does not favour whichever ran first; a
         candidate within AUTOTUNE_TIE of the fastest wins if it comes earlier in the list
         (run-to-run spread on one GPU is a few percent)."""
-        key = problem
-        best = self._best.get(key)
+        if self._last_best[0] is problem:
+            return self._last_best[1]
+        best = self._best.get(problem)
         if best is not None:
+            self._last_best = (problem, best)
             return best
         import statistics
 
@@ -291,7 +310,8 @@ class TritonBackend(Backend):
         fastest = min(ms for ms, _ in ranked)
         # within the timing noise, the earlier (expected-best) candidate wins
         best = next(c for ms, c in ranked if ms <= fastest * (1 + AUTOTUNE_TIE))
-        self._best[key] = best
+        self._best[problem] = best
+        self._last_best = (problem, best)
         return best
 
     # -- dot ------------------------------------------------------------------------------

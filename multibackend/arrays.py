@@ -133,6 +133,12 @@ def _torch_stream(index: int) -> int:
     return int(torch.cuda.current_stream(index).cuda_stream)
 
 
+def _current_device() -> int:
+    torch = _torch()
+    raw = getattr(torch._C, "_cuda_getDevice", None)
+    return int(raw()) if raw is not None else torch.cuda.current_device()
+
+
 def caller_stream(kind: str, device: Any) -> int:
     """The raw CUDA stream handle the caller's work is ordered on (0 on the host)."""
     if device.type != "cuda":
@@ -149,8 +155,7 @@ def is_current(stream: int, device: Any) -> bool:
     (always so on the host)."""
     if device.type != "cuda":
         return True
-    torch = _torch()
-    return device.index == torch.cuda.current_device() and stream == _torch_stream(device.index)
+    return device.index == _current_device() and stream == _torch_stream(device.index)
 
 
 @contextlib.contextmanager

@@ -3,8 +3,8 @@
 GPU time is measured with CUDA events around each run, after warm-up runs, and summarized by
 the median of many runs. Before each timed run the L2 cache is flushed by writing a buffer
 larger than it (outside the timed region), so small problems are not flattered by operands
-left in cache from the previous run. Then the GPU is held busy (a spin kernel lasting a little
-longer than one call's host time) while the host queues the start event, the call and the end
+left in cache from the previous run. Then the GPU is held busy (a spin kernel lasting well
+beyond one call's host time) while the host queues the start event, the call and the end
 event, so the events measure the GPU's work and not the host's launch overhead. Host overhead
 (calls per second of the Python entry point) is measured separately with
 :func:`host_calls_per_second`.
@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 _FLUSH = {}
+#: seconds the spin kernel outlasts three host calls by
+SPIN_MARGIN_S = 50e-6
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,9 @@ def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
     single = time.perf_counter() - start_probe
     reps = max(3, min(reps, int(max_seconds / max(single, 1e-6))))
     host = _host_seconds(fn, stream)
-    spin_cycles = int(host * 1.5 * _clock_hz(device))
+    # the fastest of three host calls, with room for a slower one: a spin that ends before
+    # the host has queued the call would time the host's launch as GPU work
+    spin_cycles = int((3 * host + SPIN_MARGIN_S) * _clock_hz(device))
     flush = _flush_buffer(device) if flush_l2 else None
     events = []
     for _ in range(reps):
