@@ -5,24 +5,30 @@ One pytest-benchmark group per (dtype, shape); its members are every backend of 
 tuning table (``MULTIBACKEND_TUNING``) timed fastest for it on this exact shape, else its
 default config; ``auto`` runs what dispatch decides.
 
-The number the report uses is ``extra_info["gpu_ms"]``: the median GPU time by CUDA events
-from :func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch
-time hidden). pytest-benchmark's own statistics are the wall time of one call followed by a
+The number the report uses is ``extra_info["gpu_ms"]``: GPU time by CUDA events from
+:func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch time
+hidden), with the members of a group timed in interleaved rounds (:func:`group_timings`). pytest-benchmark's own statistics are the wall time of one call followed by a
 device synchronize (kept for reference; they include the host's launch time).
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
+from typing import Callable
 
 import multibackend as mb
 from multibackend import tuning
+from multibackend.crosscheck import poison
 from multibackend.registry import REGISTRY
 from multibackend.request import matmul_call
 from multibackend.suites import SUITES, Shape
-from multibackend.timing import time_gpu
+from multibackend.timing import Timing, time_gpu
 
 AUTO = "auto"
 PEDANTIC_ROUNDS = 10
+#: interleaved timing rounds per group, and timed runs per member in each
+ROUNDS = 5
+REPS_PER_ROUND = 10
 CHECK_BOUND = 2e-2
 
 
@@ -83,45 +89,96 @@ def tuned_config(problem, backend: str) -> str | None:
     return min(mine, key=mine.get).split(":", 1)[1] if mine else None
 
 
-def measure(benchmark, case: Case) -> None:
-    """Benchmark one member on one shape, or skip with the reason it cannot run it."""
-    import pytest
-    import torch
+@dataclass(frozen=True)
+class Member:
+    """How one member runs on one shape: the call, and what it runs."""
 
-    a, b, d, expected = operands(case.shape, case.dtype)
+    run: Callable[[], None]
+    backend: str
+    config: str
+    rule: str
+
+
+def member(case: Case) -> Member | str:
+    """The member's call on the case's operands, or why it cannot run the shape."""
+    a, b, d, _ = operands(case.shape, case.dtype)
     problem = matmul_call(a, b, out=d).problem
     if case.member == AUTO:
         decision = mb.explain(problem)
         if decision.backend is None:
-            pytest.skip(f"auto: {decision.detail}")
-        backend, config = None, None
-        chosen, rule = decision.backend, f"{decision.rule}: {decision.detail}"
+            return f"auto: {decision.detail}"
+        backend, config = AUTO, None
+        chosen, config_name = decision.backend, str(decision.config)
+        rule = f"{decision.rule}: {decision.detail}"
     else:
         reason = REGISTRY.availability(case.member) or REGISTRY.get(case.member).supports(
             problem)
         if reason is not None:
-            pytest.skip(f"{case.member}: {reason.message} (rule: {reason.rule})")
+            return f"{case.member}: {reason.message} (rule: {reason.rule})"
         backend, config = case.member, tuned_config(problem, case.member)
         chosen, rule = case.member, "tuned config" if config else "default config"
         config_name = config or REGISTRY.get(case.member).default_config(problem).name
 
     def run() -> None:
-        mb.matmul(a, b, out=d, backend=backend or AUTO, config=config)
+        mb.matmul(a, b, out=d, backend=backend, config=config)
 
-    run()
+    return Member(run, chosen, config_name, rule)
+
+
+_GROUP: dict = {}
+
+
+def group_timings(case: Case) -> dict[str, Timing]:
+    """Every runnable member of the case's group timed in ROUNDS interleaved rounds (the
+    group is measured once, when its first member runs): a clock or temperature drift during
+    the group affects every member alike. Each member's figure is the median of its rounds'
+    medians."""
+    key = (case.shape, case.dtype)
+    if key not in _GROUP:
+        _GROUP.clear()
+        runs = {}
+        for name in tuple(REGISTRY.names) + (AUTO,):
+            found = member(Case(case.suite, case.shape, case.dtype, name))
+            if not isinstance(found, str):
+                found.run()
+                runs[name] = found.run
+        rounds: dict[str, list[Timing]] = {name: [] for name in runs}
+        for _ in range(ROUNDS):
+            for name, run in runs.items():
+                rounds[name].append(time_gpu(run, warmup=2, reps=REPS_PER_ROUND))
+        _GROUP[key] = {name: Timing(statistics.median(t.median_ms for t in ts),
+                                    min(t.min_ms for t in ts),
+                                    statistics.median(t.p20_ms for t in ts),
+                                    statistics.median(t.p80_ms for t in ts),
+                                    sum(t.runs for t in ts))
+                       for name, ts in rounds.items()}
+    return _GROUP[key]
+
+
+def measure(benchmark, case: Case) -> None:
+    """Benchmark one member on one shape, or skip with the reason it cannot run it."""
+    import pytest
+    import torch
+
+    found = member(case)
+    if isinstance(found, str):
+        pytest.skip(found)
+    a, b, d, expected = operands(case.shape, case.dtype)
+    poison(d)
+    found.run()
     err = float((d.float() - expected).norm() / expected.norm())
     assert err < CHECK_BOUND, f"{case.member} is wrong on {case.group}: rel err {err:.2e}"
-    timing = time_gpu(run)
+    timing = group_timings(case)[case.member]
     benchmark.group = case.group
     benchmark.extra_info.update({
         "suite": case.suite, "shape": case.shape.label, "batch": case.shape.batch,
         "m": case.shape.m, "n": case.shape.n, "k": case.shape.k, "dtype": case.dtype,
-        "member": case.member, "backend": chosen,
-        "config": config_name if case.member != AUTO else str(decision.config),
-        "rule": rule, "flops": case.shape.flops, "gpu_ms": timing.median_ms,
+        "member": case.member, "backend": found.backend, "config": found.config,
+        "rule": found.rule, "flops": case.shape.flops, "gpu_ms": timing.median_ms,
         "gpu_min_ms": timing.min_ms, "gpu_runs": timing.runs,
         "tflops": timing.tflops(case.shape.flops), "rel_err": err,
         "device": torch.cuda.get_device_name(),
     })
-    benchmark.pedantic(lambda: (run(), torch.cuda.synchronize()), setup=torch.cuda.synchronize,
-                       rounds=PEDANTIC_ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.pedantic(lambda: (found.run(), torch.cuda.synchronize()),
+                       setup=torch.cuda.synchronize, rounds=PEDANTIC_ROUNDS, iterations=1,
+                       warmup_rounds=1)

@@ -156,6 +156,8 @@ class _Runner:
             return [item for item in left if item.problem == marker[1]]
         if marker[0] == "compile":
             return [item for item in left if (item.problem, item.backend) == marker[1:]]
+        if marker[0] == "refine":  # every candidate has its first timing already
+            return []
         return left
 
     def _drop(self, items: list[Item], reason: str) -> None:
@@ -218,6 +220,10 @@ class _Runner:
                     return marker, False, progressed
                 if message[0] == "begin":
                     marker, since = message[1], time.monotonic()
+                elif message[0] == "retimed":
+                    _, item_id, ms = message
+                    self.results[item_id] = (ms, None)
+                    marker, since = None, time.monotonic()
                 else:
                     _, item_id, ms, reason = message
                     self.results[item_id] = (ms, reason)

@@ -9,7 +9,10 @@ step, so the parent always knows what was running when the process died:
   its candidates) or ``("item", id)`` (one candidate: run on poisoned output, compared with
   the reference, timed);
 - ``("done", id, ms, reason)`` for each candidate: ``ms`` when it ran and matched the
-  reference, else None and why it was dropped.
+  reference, else None and why it was dropped;
+- ``("begin", ("refine", problem))`` and then ``("retimed", id, ms)`` for each of a problem's
+  candidates close to its fastest, timed again in interleaved rounds (``ms`` replaces the
+  first figure).
 
 After a candidate raises on a GPU whose context no longer synchronizes (a poisoned CUDA
 context), the process exits, and the parent starts a fresh one for what is left.
@@ -17,6 +20,7 @@ context), the process exits, and the parent starts a fresh one for what is left.
 from __future__ import annotations
 
 import pickle
+import statistics
 import sys
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -31,6 +35,9 @@ from .request import Call, matmul_call
 from .suites import Shape
 
 REASON_CHARS = 300
+#: candidates within this fraction of the fastest are timed again in interleaved rounds
+REFINE_WITHIN = 0.10
+REFINE_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -106,12 +113,14 @@ def _wrong(cmp) -> str:
     return f"wrong: {cmp.detail}"
 
 
-def evaluate(backend, config: Config, call: Call, ref, timer) -> tuple[float | None, str | None]:
-    """(milliseconds, None) for a candidate that matches the reference, else (None, why)."""
+def evaluate(backend, config: Config, call: Call, ref, timer
+             ) -> tuple[float | None, str | None, Callable[[], None] | None]:
+    """(milliseconds, None, the timed call) for a candidate that matches the reference, else
+    (None, why, None)."""
     problem, ops = call.problem, call.operands
     refused = backend.supports(problem)
     if refused is not None:
-        return None, f"refused: {refused.message} (rule: {refused.rule})"
+        return None, f"refused: {refused.message} (rule: {refused.rule})", None
 
     def once() -> None:
         with on_stream(ops.stream, call.device):
@@ -124,10 +133,10 @@ def evaluate(backend, config: Config, call: Call, ref, timer) -> tuple[float | N
         once()
         cmp = reference.compare(problem, ops.d, ref)
         if not cmp.ok:
-            return None, _wrong(cmp)
-        return float(timer(once)), None
+            return None, _wrong(cmp), None
+        return float(timer(once)), None, once
     except Exception as exc:
-        return None, f"raised: {type(exc).__name__}: {exc}"[:REASON_CHARS]
+        return None, f"raised: {type(exc).__name__}: {exc}"[:REASON_CHARS], None
 
 
 def _prepare_many(backend):
@@ -181,18 +190,41 @@ class _Worker:
                                                  f"{type(exc).__name__}: {exc}"[:REASON_CHARS])
             return _healthy(self.job.device)
         failed = self._compile(index, call, items)
+        timed: dict[int, tuple[float, Callable[[], None]]] = {}
         for item in items:
             if item.id in failed:
                 self.send("done", item.id, None, failed[item.id])
                 continue
             self.send("begin", ("item", item.id))
             backend = self.job.registry.get(item.backend)
-            ms, reason = evaluate(backend, Config.from_dict(item.config), call, ref,
-                                  self.job.timer)
+            ms, reason, once = evaluate(backend, Config.from_dict(item.config), call, ref,
+                                        self.job.timer)
             self.send("done", item.id, ms, reason)
+            if once is not None:
+                timed[item.id] = (ms, once)
             if reason is not None and not _healthy(self.job.device):
                 return False
+        self._refine(index, timed)
         return True
+
+    def _refine(self, index: int, timed: dict[int, tuple[float, Callable[[], None]]]) -> None:
+        """Time the candidates within REFINE_WITHIN of the fastest again, in REFINE_ROUNDS
+        interleaved rounds, and report each one's median over all its timings: a clock or
+        temperature drift while the candidates ran one after another cannot pick the
+        winner."""
+        if not timed:
+            return
+        fastest = min(ms for ms, _ in timed.values())
+        close = {i: v for i, v in timed.items() if v[0] <= fastest * (1 + REFINE_WITHIN)}
+        if len(close) < 2:
+            return
+        self.send("begin", ("refine", index))
+        samples = {i: [ms] for i, (ms, _) in close.items()}
+        for _ in range(REFINE_ROUNDS):
+            for i, (_, once) in close.items():
+                samples[i].append(float(self.job.timer(once)))
+        for i, values in samples.items():
+            self.send("retimed", i, statistics.median(values))
 
     def _compile(self, index: int, call: Call, items: list[Item]) -> dict[int, str]:
         """Compile each backend's candidates at once where it can; the ids that failed."""

@@ -287,3 +287,39 @@ def test_tune_rejects_bad_arguments():
         tune([(8, 8, 8)], max_configs=0, registry=REGISTRY, device="cpu", progress=None)
     with pytest.raises(InvalidArgument, match="shape"):
         tune([(8, 0, 8)], registry=REGISTRY, device="cpu", progress=None)
+
+
+class DriftBackend(FakeBackend):
+    """A backend whose run leaves its name behind for :func:`drift_timer`."""
+
+    def run(self, problem, ops, config):
+        global LAST_RUN
+        LAST_RUN = self.name
+        super().run(problem, ops, config)
+
+
+LAST_RUN = None
+TIMER_CALLS = 0
+#: true times; every timing after the first runs 8% slower (a GPU warming up)
+TRUE_MS = {"early": 1.0, "late": 0.95, "cublas": 5.0}
+
+
+def drift_timer(fn) -> float:
+    global TIMER_CALLS
+    fn()
+    TIMER_CALLS += 1
+    return TRUE_MS[LAST_RUN] * (1.0 if TIMER_CALLS == 1 else 1.08)
+
+
+def test_tuner_times_close_candidates_again_interleaved():
+    """The first candidate, timed while the GPU was cool, looks fastest (1.00 against 1.03);
+    the interleaved rounds find the truly faster one."""
+    registry = FakeRegistry([DriftBackend("early", "good"), DriftBackend("late", "good"),
+                             DriftBackend("cublas", "good")])
+    table = tune([(16, 8, 8)], dtypes=["float16"], registry=registry, timer=drift_timer,
+                 device="cpu", progress=None)
+    (entry,) = table["entries"].values()
+    assert entry["backend"] == "late"
+    assert entry["timings_ms"]["early:default"] == pytest.approx(1.08)
+    assert entry["timings_ms"]["late:default"] == pytest.approx(0.95 * 1.08)
+    assert entry["timings_ms"]["cublas:default"] == pytest.approx(5.0 * 1.08)
