@@ -132,6 +132,21 @@ class Problem:
         return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
 
+_INTERNED: dict[Problem, Problem] = {}
+INTERN_LIMIT = 4096
+
+
+def interned(problem: Problem) -> Problem:
+    """The one Problem object for ``problem``'s value: calls with the same metadata share it,
+    so the backends' per-problem caches find it by identity instead of comparing fields."""
+    found = _INTERNED.get(problem)
+    if found is None:
+        if len(_INTERNED) >= INTERN_LIMIT:
+            _INTERNED.clear()
+        _INTERNED[problem] = found = problem
+    return found
+
+
 def classify_layout(rows: int, cols: int, strides: tuple[int, int]) -> tuple[str, int]:
     """("row" | "col" | "strided", leading dimension in elements) for a rows x cols view."""
     s0, s1 = strides

@@ -14,7 +14,7 @@ from multibackend.backends.base import Operands
 from . import dtypes
 from .arrays import Adapted, adapt, caller_stream, check_same_place, on_stream, scalar
 from .errors import InvalidArgument
-from .problem import PRECISIONS, Problem, make_operand
+from .problem import PRECISIONS, Problem, interned, make_operand
 
 PACKED_PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
 
@@ -196,12 +196,12 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         return make_operand(dtype, rows, cols, (t.stride(1), t.stride(2)),
                             t.stride(0) if batch > 1 else 0, t.data_ptr())
 
-    problem = Problem(
+    problem = interned(Problem(
         op="matmul", m=int(m), n=int(n), k=k, batch=batch,
         a=describe(ta, a.dtype, int(m), int(ka)), b=describe(tb, b.dtype, int(kb), int(n)),
         c=describe(tc, d_dtype, int(m), int(n)) if tc is not None and beta_v != 0 else None,
         d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
-        saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop)
+        saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop))
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out)
@@ -234,8 +234,8 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
     with on_stream(stream, device):
         td = torch.empty((1,), dtype=dtypes.torch_dtype(acc), device=device)
     vec = [make_operand(vx.dtype, 1, n, (n, t.stride(0)), 0, t.data_ptr()) for t in (tx, ty)]
-    problem = Problem(op="dot", m=1, n=1, k=n, batch=1, a=vec[0], b=vec[1], c=None,
-                      d_dtype=acc, acc=acc, device=str(device), cc=cc)
+    problem = interned(Problem(op="dot", m=1, n=1, k=n, batch=1, a=vec[0], b=vec[1], c=None,
+                               d_dtype=acc, acc=acc, device=str(device), cc=cc))
     operands = Operands(a=tx, b=ty, c=None, d=td, stream=stream)
     return Call(problem, operands, vx.kind, False, device)
 

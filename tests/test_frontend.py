@@ -272,3 +272,15 @@ def test_strided_layout_is_named_plainly():
     reason = cap.check(matmul_call(a, torch.ones((8, 4))).problem)
     assert reason.rule == "layout" and "A is strided (neither row- nor column-major)" in \
         reason.message and "takes A row-major" in reason.message
+
+
+def test_calls_with_the_same_metadata_share_one_problem_object():
+    """Backends key their per-problem caches on the Problem and find it by identity."""
+    from multibackend.request import matmul_call
+
+    a, b = torch.ones((6, 4), dtype=torch.float32), torch.ones((4, 5), dtype=torch.float32)
+    first = matmul_call(a, b).problem
+    again = matmul_call(a, b).problem
+    other = matmul_call(a, b, torch.ones((6, 5)), beta=1.0).problem
+    assert first is again
+    assert other is not first and other != first
