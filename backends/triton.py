@@ -276,7 +276,7 @@ class TritonBackend(Backend):
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem, timed once per process
         (the tuner, :func:`multibackend.tune`, times them all). Candidates are timed in
-        AUTOTUNE_ROUNDS interleaved rounds and ranked by their median over the rounds, so a
+        AUTOTUNE_ROUNDS interleaved rounds, each starting one candidate further on, and ranked by their median over the rounds, so a
         clock or temperature drift during tuning does not favour whichever ran first; a
         candidate within AUTOTUNE_TIE of the fastest wins if it comes earlier in the list
         (run-to-run spread on one GPU is a few percent)."""
@@ -290,12 +290,12 @@ class TritonBackend(Backend):
 
         import torch
 
-        from multibackend.timing import time_gpu
+        from multibackend.timing import rotations, time_gpu
 
         sms = torch.cuda.get_device_properties(ops.d.device).multi_processor_count
         times: dict[Config, list[float]] = {}
-        for _ in range(AUTOTUNE_ROUNDS):
-            for candidate in self._shortlist(problem, sms):
+        for order in rotations(self._shortlist(problem, sms), AUTOTUNE_ROUNDS):
+            for candidate in order:
                 if candidate in times and not times[candidate]:
                     continue
                 samples = times.setdefault(candidate, [])

@@ -22,7 +22,7 @@ from multibackend.crosscheck import poison
 from multibackend.registry import REGISTRY
 from multibackend.request import matmul_call
 from multibackend.suites import SUITES, Shape
-from multibackend.timing import Timing, time_gpu
+from multibackend.timing import Timing, rotations, time_gpu
 
 AUTO = "auto"
 PEDANTIC_ROUNDS = 10
@@ -129,9 +129,10 @@ _GROUP: dict = {}
 
 
 def group_timings(case: Case) -> dict[str, Timing]:
-    """Every runnable member of the case's group timed in ROUNDS interleaved rounds (the
-    group is measured once, when its first member runs): a clock or temperature drift during
-    the group affects every member alike. Each member's figure is the median of its rounds'
+    """Every runnable member of the case's group timed in ROUNDS interleaved rounds, each
+    starting one member further on (the group is measured once, when its first member runs):
+    a clock or temperature drift during the group, or a member's place in the round, affects
+    every member alike. Each member's figure is the median of its rounds'
     medians."""
     key = (case.shape, case.dtype)
     if key not in _GROUP:
@@ -143,9 +144,9 @@ def group_timings(case: Case) -> dict[str, Timing]:
                 found.run()
                 runs[name] = found.run
         rounds: dict[str, list[Timing]] = {name: [] for name in runs}
-        for _ in range(ROUNDS):
-            for name, run in runs.items():
-                rounds[name].append(time_gpu(run, warmup=2, reps=REPS_PER_ROUND))
+        for order in rotations(list(runs), ROUNDS):
+            for name in order:
+                rounds[name].append(time_gpu(runs[name], warmup=2, reps=REPS_PER_ROUND))
         _GROUP[key] = {name: Timing(statistics.median(t.median_ms for t in ts),
                                     min(t.min_ms for t in ts),
                                     statistics.median(t.p20_ms for t in ts),

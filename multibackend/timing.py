@@ -112,6 +112,15 @@ def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
                   _quantile(times, 0.8), len(times))
 
 
+def rotations(items: list, rounds: int) -> list[list]:
+    """``rounds`` orderings of ``items`` for interleaved timing, each starting one item further
+    on, so that no item always runs first or last in its round (a GPU's clock falls as it
+    heats within a round)."""
+    if not items:
+        return [[] for _ in range(rounds)]
+    return [items[r % len(items):] + items[:r % len(items)] for r in range(rounds)]
+
+
 def host_calls_per_second(fn: Callable[[], object], *, seconds: float = 1.0,
                           sync: Callable[[], object] | None = None) -> float:
     """How many times per second the host can call ``fn`` (GPU work queued, not awaited)."""

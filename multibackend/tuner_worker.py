@@ -33,6 +33,7 @@ from .arrays import on_stream
 from .crosscheck import poison, reference_for
 from .request import Call, matmul_call
 from .suites import Shape
+from .timing import rotations
 
 REASON_CHARS = 300
 #: candidates within this fraction of the fastest are timed again in interleaved rounds
@@ -209,7 +210,7 @@ class _Worker:
 
     def _refine(self, index: int, timed: dict[int, tuple[float, Callable[[], None]]]) -> None:
         """Time the candidates within REFINE_WITHIN of the fastest again, in REFINE_ROUNDS
-        interleaved rounds, and report each one's median over all its timings: a clock or
+        interleaved rounds that each start one candidate further on, and report each one's median over all its timings: a clock or
         temperature drift while the candidates ran one after another cannot pick the
         winner."""
         if not timed:
@@ -220,9 +221,9 @@ class _Worker:
             return
         self.send("begin", ("refine", index))
         samples = {i: [ms] for i, (ms, _) in close.items()}
-        for _ in range(REFINE_ROUNDS):
-            for i, (_, once) in close.items():
-                samples[i].append(float(self.job.timer(once)))
+        for order in rotations(list(close), REFINE_ROUNDS):
+            for i in order:
+                samples[i].append(float(self.job.timer(close[i][1])))
         for i, values in samples.items():
             self.send("retimed", i, statistics.median(values))
 

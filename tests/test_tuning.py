@@ -323,3 +323,11 @@ def test_tuner_times_close_candidates_again_interleaved():
     assert entry["timings_ms"]["early:default"] == pytest.approx(1.08)
     assert entry["timings_ms"]["late:default"] == pytest.approx(0.95 * 1.08)
     assert entry["timings_ms"]["cublas:default"] == pytest.approx(5.0 * 1.08)
+
+
+def test_rotations_put_every_item_in_every_place():
+    from multibackend.timing import rotations
+
+    orders = rotations(["a", "b", "c"], 3)
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
+    assert rotations(["a", "b"], 3)[2] == ["a", "b"] and rotations([], 2) == [[], []]
