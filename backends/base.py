@@ -47,7 +47,9 @@ class Config:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Config":
-        data = dict(data)
+        """The Config :meth:`as_dict` gave, also after a JSON round trip (which turns tuple
+        parameters into lists: they become tuples again, so the Config stays hashable)."""
+        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         return cls.of(data.pop("name"), **data)
 
     def __str__(self) -> str:

@@ -331,3 +331,9 @@ def test_rotations_put_every_item_in_every_place():
     orders = rotations(["a", "b", "c"], 3)
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
     assert rotations(["a", "b"], 3)[2] == ["a", "b"] and rotations([], 2) == [[], []]
+
+
+def test_a_config_read_back_from_json_is_the_same_hashable_config():
+    config = Config.of("128x256x64_2x1x1", tile=(128, 256, 64), cluster=(2, 1, 1), swizzle=1)
+    again = Config.from_dict(json.loads(json.dumps(config.as_dict())))
+    assert again == config and hash(again) == hash(config)
