@@ -29,9 +29,6 @@ PEDANTIC_ROUNDS = 10
 #: interleaved timing rounds per group, and timed runs per member in each
 ROUNDS = 5
 REPS_PER_ROUND = 10
-#: each member runs this long before its timed runs, so that its figure is taken at the clock
-#: the GPU settles to under it (a power-limited GPU clocks lower after a heavy kernel)
-WARMUP_SECONDS = 0.05
 CHECK_BOUND = 2e-2
 
 
@@ -149,8 +146,7 @@ def group_timings(case: Case) -> dict[str, Timing]:
         rounds: dict[str, list[Timing]] = {name: [] for name in runs}
         for order in rotations(list(runs), ROUNDS):
             for name in order:
-                rounds[name].append(time_gpu(runs[name], warmup=2, reps=REPS_PER_ROUND,
-                                             warmup_seconds=WARMUP_SECONDS))
+                rounds[name].append(time_gpu(runs[name], warmup=2, reps=REPS_PER_ROUND))
         _GROUP[key] = {name: Timing(statistics.median(t.median_ms for t in ts),
                                     min(t.min_ms for t in ts),
                                     statistics.median(t.p20_ms for t in ts),

@@ -73,13 +73,11 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
-             flush_l2: bool = True, max_seconds: float = 10.0,
-             warmup_seconds: float = 0.0) -> Timing:
+             flush_l2: bool = True, max_seconds: float = 10.0) -> Timing:
     """Time ``fn`` (which launches GPU work on torch's current stream) with CUDA events.
 
-    ``warmup`` untimed runs, more until ``warmup_seconds`` have passed (so the GPU's clock
-    settles under this work, whatever ran before it), then up to ``reps`` timed runs (fewer
-    if they would exceed ``max_seconds``), each preceded by an L2 flush when ``flush_l2``.
+    ``warmup`` untimed runs, then up to ``reps`` timed runs (fewer if they would exceed
+    ``max_seconds``), each preceded by an L2 flush when ``flush_l2``.
     """
     import torch
 
@@ -88,11 +86,6 @@ def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
     for _ in range(warmup):
         fn()
     stream.synchronize()
-    began = time.perf_counter()
-    while time.perf_counter() - began < warmup_seconds:
-        for _ in range(warmup or 1):
-            fn()
-        stream.synchronize()
     start_probe = time.perf_counter()
     fn()
     stream.synchronize()
