@@ -276,10 +276,11 @@ class TritonBackend(Backend):
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem, timed once per process
         (the tuner, :func:`multibackend.tune`, times them all). Candidates are timed in
-        AUTOTUNE_ROUNDS interleaved rounds, each starting one candidate further on, and ranked by their median over the rounds, so a
-        clock or temperature drift during tuning does not favour whichever ran first; a
-        candidate within AUTOTUNE_TIE of the fastest wins if it comes earlier in the list
-        (run-to-run spread on one GPU is a few percent)."""
+        AUTOTUNE_ROUNDS interleaved rounds, each starting one candidate further on, and
+        ranked by their median over the rounds, so a clock or temperature drift during tuning
+        does not favour whichever ran first; a candidate within AUTOTUNE_TIE of the fastest
+        wins if it comes earlier in the list (run-to-run spread on one GPU is a few
+        percent)."""
         if self._last_best[0] is problem:
             return self._last_best[1]
         best = self._best.get(problem)

@@ -7,8 +7,9 @@ default config; ``auto`` runs what dispatch decides.
 
 The number the report uses is ``extra_info["gpu_ms"]``: GPU time by CUDA events from
 :func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch time
-hidden), with the members of a group timed in interleaved rounds (:func:`group_timings`). pytest-benchmark's own statistics are the wall time of one call followed by a
-device synchronize (kept for reference; they include the host's launch time).
+hidden), with the members of a group timed in interleaved rounds (:func:`group_timings`).
+pytest-benchmark's own statistics are the wall time of one call followed by a device
+synchronize (kept for reference; they include the host's launch time).
 """
 from __future__ import annotations
 

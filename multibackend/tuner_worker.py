@@ -210,9 +210,9 @@ class _Worker:
 
     def _refine(self, index: int, timed: dict[int, tuple[float, Callable[[], None]]]) -> None:
         """Time the candidates within REFINE_WITHIN of the fastest again, in REFINE_ROUNDS
-        interleaved rounds that each start one candidate further on, and report each one's median over all its timings: a clock or
-        temperature drift while the candidates ran one after another cannot pick the
-        winner."""
+        interleaved rounds that each start one candidate further on, and report each one's
+        median over all its timings: a clock or temperature drift while the candidates ran
+        one after another cannot pick the winner."""
         if not timed:
             return
         fastest = min(ms for ms, _ in timed.values())
