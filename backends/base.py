@@ -62,7 +62,8 @@ class Operands:
 
     For matmul ``a``, ``b``, ``c`` (or None) and ``d`` are 3-D (batch, rows, cols) views with
     the strides the caller gave (batch stride 0 where one matrix is broadcast); ``d`` is
-    row-major and contiguous. For dot, ``a`` and ``b`` are 1-D and ``d`` holds one element.
+    row-major and contiguous. A backend whose ``takes_matrices`` is set may also be given the
+    caller's 2-D arrays as they are (each one 2-D or 3-D) for a matmul of batch 1. For dot, ``a`` and ``b`` are 1-D and ``d`` holds one element.
     ``stream`` is the CUDA stream handle the caller's work is ordered on (0 on the host).
     """
 
@@ -82,6 +83,9 @@ class Backend(abc.ABC):
     name: str = ""
     #: whether ``backend="auto"`` may choose this backend by heuristic (a baseline may not)
     ranked: bool = True
+    #: whether ``run`` takes 2-D operands for a matmul of batch 1 (see :class:`Operands`):
+    #: a remembered call then launches on the caller's arrays without making 3-D views
+    takes_matrices: bool = False
 
     @abc.abstractmethod
     def available(self) -> Reason | None:

@@ -16,6 +16,7 @@ GPU's), which the tests take into account.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import triton
 
@@ -88,9 +89,20 @@ def tma_eligible(problem: Problem) -> bool:
             and b_row % 16 == 0 and d_row_bytes % 16 == 0)
 
 
+def _matrix(t: Any) -> Any:
+    """The first matrix of a batch-1 operand, which may come 2-D or 3-D."""
+    return t if t.dim() == 2 else t[0]
+
+
+def _strides3(t: Any) -> tuple[int, int, int]:
+    """A 2-D or 3-D operand's (batch, row, column) strides."""
+    s = t.stride()
+    return s if len(s) == 3 else (0, *s)
+
+
 def _tma_ready(ops: Operands) -> bool:
     """The arrays as they are at launch meet the TMA unit's 16-byte rules."""
-    for t in (ops.a[0], ops.b[0], ops.d[0]):
+    for t in (_matrix(ops.a), _matrix(ops.b), _matrix(ops.d)):
         if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride() if s != 1):
             return False
     return True
@@ -131,6 +143,7 @@ def _batch_rule(problem: Problem) -> tuple[str, str] | None:
 
 class TritonBackend(Backend):
     name = "triton"
+    takes_matrices = True
 
     def __init__(self) -> None:
         self._capability = _capability()
@@ -205,9 +218,9 @@ class TritonBackend(Backend):
         grid, constexprs = self._matmul_statics(problem, config)
         a, b, c, d = ops.a, ops.b, ops.c, ops.d
         c_arg = c if c is not None else d
-        c_strides = c.stride() if c is not None else (0, 0, 0)
-        ints = (problem.m, problem.n, problem.k, *a.stride(), *b.stride(), *c_strides,
-                *d.stride())
+        c_strides = _strides3(c) if c is not None else (0, 0, 0)
+        ints = (problem.m, problem.n, problem.k, *_strides3(a), *_strides3(b), *c_strides,
+                *_strides3(d))
         scale = ops.alpha != 1
         key = (problem, config.name, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
@@ -217,7 +230,7 @@ class TritonBackend(Backend):
             self._matmul_launcher = Launcher(kernels.matmul_kernel)
         args = (a, b, c_arg, d, *ints, ops.alpha, ops.beta)
         self._matmul_launcher(key, grid, ops.stream, args,
-                              dict(constexprs, HAS_C=c is not None, SCALE=scale))
+                              lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale))
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
         import torch
@@ -227,13 +240,13 @@ class TritonBackend(Backend):
         from . import triton_kernels as kernels
 
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
-        a, b, d = ops.a[0], ops.b[0], ops.d[0]
+        a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
         b_kmajor = problem.b.layout == "col"
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
                   else TensorDescriptor.from_tensor(b, [bk, bn]))
         d_desc = TensorDescriptor.from_tensor(d, [bm, bn])
-        c = ops.c[0] if ops.c is not None else d
+        c = _matrix(ops.c) if ops.c is not None else d
         sms = torch.cuda.get_device_properties(a.device).multi_processor_count
         programs = min(sms, triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
         kernels.matmul_tma_persistent_kernel[(programs,)](

@@ -29,17 +29,20 @@ class Launcher:
         self._runners: dict[Hashable, tuple[Callable, tuple]] = {}
 
     def __call__(self, key: Hashable, grid: tuple[int, int, int], stream: int, args: tuple,
-                 constexprs: dict[str, Any]) -> None:
-        """Launch ``fn[grid](*args, **constexprs)`` on ``stream`` (the current stream)."""
+                 constexprs: Callable[[], dict[str, Any]]) -> None:
+        """Launch ``fn[grid](*args, **constexprs())`` on ``stream`` (the current stream);
+        ``constexprs`` is called only when ``key`` has no compiled kernel yet."""
+
         found = self._runners.get(key)
         if found is not None:
             runner, tail = found
             runner(*args, *tail, stream=stream)
             return
-        compiled = self.fn[grid](*args, **constexprs)
+        named = constexprs()
+        compiled = self.fn[grid](*args, **named)
         if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and hasattr(compiled, "run"):
             params = list(self.fn.signature.parameters.values())[len(args):]
-            tail = tuple(constexprs.get(p.name, p.default) for p in params)
+            tail = tuple(named.get(p.name, p.default) for p in params)
             if len(self._runners) >= LIMIT:
                 self._runners.clear()
             self._runners[key] = (compiled[grid], tail)
@@ -47,4 +50,4 @@ class Launcher:
 
 def aligned(*pointers: int) -> tuple[bool, ...]:
     """Each pointer's 16-byte alignment, as Triton specializes pointers."""
-    return tuple(p % 16 == 0 for p in pointers)
+    return tuple([p % 16 == 0 for p in pointers])

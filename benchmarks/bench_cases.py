@@ -7,13 +7,12 @@ default config; ``auto`` runs what dispatch decides.
 
 The number the report uses is ``extra_info["gpu_ms"]``: GPU time by CUDA events from
 :func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch time
-hidden), with the members of a group timed in interleaved rounds (:func:`group_timings`).
+hidden), with the timed runs of a group's members interleaved (:func:`group_timings`).
 pytest-benchmark's own statistics are the wall time of one call followed by a device
 synchronize (kept for reference; they include the host's launch time).
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,13 +22,12 @@ from multibackend.crosscheck import poison
 from multibackend.registry import REGISTRY
 from multibackend.request import matmul_call
 from multibackend.suites import SUITES, Shape
-from multibackend.timing import Timing, rotations, time_gpu
+from multibackend.timing import Timing, time_interleaved
 
 AUTO = "auto"
 PEDANTIC_ROUNDS = 10
-#: interleaved timing rounds per group, and timed runs per member in each
-ROUNDS = 5
-REPS_PER_ROUND = 10
+#: timed runs of each member of a group
+REPS = 50
 CHECK_BOUND = 2e-2
 
 
@@ -130,11 +128,10 @@ _GROUP: dict = {}
 
 
 def group_timings(case: Case) -> dict[str, Timing]:
-    """Every runnable member of the case's group timed in ROUNDS interleaved rounds, each
-    starting one member further on (the group is measured once, when its first member runs):
-    a clock or temperature drift during the group, or a member's place in the round, affects
-    every member alike. Each member's figure is the median of its rounds'
-    medians."""
+    """Every runnable member of the case's group timed against the others by
+    :func:`multibackend.timing.time_interleaved` (measured once, when the group's first
+    member runs): their timed runs alternate one by one, so a clock or temperature drift
+    during the group affects every member alike."""
     key = (case.shape, case.dtype)
     if key not in _GROUP:
         _GROUP.clear()
@@ -144,16 +141,7 @@ def group_timings(case: Case) -> dict[str, Timing]:
             if not isinstance(found, str):
                 found.run()
                 runs[name] = found.run
-        rounds: dict[str, list[Timing]] = {name: [] for name in runs}
-        for order in rotations(list(runs), ROUNDS):
-            for name in order:
-                rounds[name].append(time_gpu(runs[name], warmup=2, reps=REPS_PER_ROUND))
-        _GROUP[key] = {name: Timing(statistics.median(t.median_ms for t in ts),
-                                    min(t.min_ms for t in ts),
-                                    statistics.median(t.p20_ms for t in ts),
-                                    statistics.median(t.p80_ms for t in ts),
-                                    sum(t.runs for t in ts))
-                       for name, ts in rounds.items()}
+        _GROUP[key] = time_interleaved(runs, warmup=2, reps=REPS)
     return _GROUP[key]
 
 

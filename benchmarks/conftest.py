@@ -10,6 +10,7 @@ what runs (default: every suite of :mod:`multibackend.suites`, float16)::
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 
@@ -43,9 +44,15 @@ def gpu_reason() -> str | None:
     return None if torch.cuda.is_available() else "no CUDA GPU visible"
 
 
+HERE = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config, items):
+    """Mark this directory's tests (the hook sees every collected test of the session)."""
     reason = gpu_reason()
     for item in items:
+        if HERE not in Path(str(item.path)).resolve().parents:
+            continue
         item.add_marker(pytest.mark.gpu)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"GPU benchmark: {reason}"))

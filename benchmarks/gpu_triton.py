@@ -1,6 +1,7 @@
 """Triton backend against cuBLAS on one GPU, same run: every GEMM tile at 4096^3 and 8192^3
 for f16 and bf16 (TFLOP/s and ratio to cuBLAS), and the f16 dot at n = 2^28 against the
-device-to-device copy bandwidth. Random non-zero data; CUDA events, warm-up, median.
+device-to-device copy bandwidth. Random non-zero data; CUDA events, warm-up, median; each
+tile's runs interleaved with cuBLAS's (the cuBLAS row is the median over those pairings).
 
     python benchmarks/gpu_triton.py [--sizes 4096 8192] [--configs NAME ...] [--json out.json]
 """
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import torch
 
 import multibackend as mb
 from multibackend.registry import REGISTRY
 from multibackend.request import dot_call, matmul_call
-from multibackend.timing import time_gpu
+from multibackend.timing import time_gpu, time_interleaved
 
 
 def gemm_rows(size: int, dtype: torch.dtype, only: list[str] | None = None) -> list[dict]:
@@ -22,10 +24,11 @@ def gemm_rows(size: int, dtype: torch.dtype, only: list[str] | None = None) -> l
     b = (torch.rand((size, size), device="cuda") * 2 - 1).to(dtype)
     d = torch.empty((size, size), device="cuda", dtype=dtype)
     flops = 2 * size ** 3
-    base = time_gpu(lambda: torch.matmul(a, b, out=d), reps=30)
-    rows = [{"shape": f"{size}^3", "dtype": str(dtype)[6:], "backend": "cublas",
-             "config": "torch.matmul", "ms": base.median_ms, "tflops": base.tflops(flops),
-             "ratio": 1.0}]
+    head = {"shape": f"{size}^3", "dtype": str(dtype)[6:]}
+
+    def cublas() -> None:
+        torch.matmul(a, b, out=d)
+    rows, cublas_ms = [], []
     call = matmul_call(a, b)
     triton = REGISTRY.get("triton")
     for config in triton.configs(call.problem):
@@ -34,15 +37,21 @@ def gemm_rows(size: int, dtype: torch.dtype, only: list[str] | None = None) -> l
 
         def run(config=config):
             mb.matmul(a, b, out=d, backend="triton", config=config)
-        try:
-            t = time_gpu(run, reps=30)
+        try:  # each tile timed against cuBLAS, their runs interleaved
+            pair = time_interleaved({"cublas": cublas, "triton": run}, reps=30)
         except Exception as exc:
-            rows.append({"shape": f"{size}^3", "dtype": str(dtype)[6:], "backend": "triton",
-                         "config": config.name, "error": f"{type(exc).__name__}: {exc}"[:200]})
+            rows.append({**head, "backend": "triton", "config": config.name,
+                         "error": f"{type(exc).__name__}: {exc}"[:200]})
             continue
-        rows.append({"shape": f"{size}^3", "dtype": str(dtype)[6:], "backend": "triton",
-                     "config": config.name, "ms": t.median_ms, "tflops": t.tflops(flops),
+        t, base = pair["triton"], pair["cublas"]
+        cublas_ms.append(base.median_ms)
+        rows.append({**head, "backend": "triton", "config": config.name, "ms": t.median_ms,
+                     "tflops": t.tflops(flops), "cublas_ms": base.median_ms,
                      "ratio": base.median_ms / t.median_ms})
+    if cublas_ms:
+        ms = statistics.median(cublas_ms)
+        rows.insert(0, {**head, "backend": "cublas", "config": "torch.matmul", "ms": ms,
+                        "tflops": flops / (ms * 1e-3) / 1e12, "ratio": 1.0})
     return rows
 
 

@@ -56,6 +56,8 @@ def _finish(call: Call) -> Any:
     d = call.operands.d
     if call.problem.op == "dot":
         d = d.reshape(())
+    elif call.out is not None:
+        d = call.out
     elif call.squeeze:
         d = d[0]
     result = to_kind(d, call.kind)

@@ -14,10 +14,11 @@ with no device-wide synchronization.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import numbers
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from . import dtypes
 from .errors import InvalidArgument, InvalidType
@@ -123,20 +124,24 @@ def to_kind(tensor: Any, kind: str) -> Any:
     return cupy.from_dlpack(tensor)
 
 
-def _torch_stream(index: int) -> int:
-    """torch's current stream handle on device ``index`` (through the raw accessor Triton's
-    launcher uses too where this torch has it: the public one builds a Stream object)."""
+@functools.cache
+def _torch_accessors() -> tuple[Callable[[int], int], Callable[[], int]]:
+    """(stream handle of device i, current device index) through the raw accessors Triton's
+    launcher uses too where this torch has them: the public ones build Python objects."""
     torch = _torch()
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return int(raw(index))
-    return int(torch.cuda.current_stream(index).cuda_stream)
+    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    raw_device = getattr(torch._C, "_cuda_getDevice", None)
+    return (raw_stream or (lambda index: torch.cuda.current_stream(index).cuda_stream),
+            raw_device or torch.cuda.current_device)
+
+
+def _torch_stream(index: int) -> int:
+    """torch's current stream handle on device ``index``."""
+    return int(_torch_accessors()[0](index))
 
 
 def _current_device() -> int:
-    torch = _torch()
-    raw = getattr(torch._C, "_cuda_getDevice", None)
-    return int(raw()) if raw is not None else torch.cuda.current_device()
+    return int(_torch_accessors()[1]())
 
 
 def caller_stream(kind: str, device: Any) -> int:

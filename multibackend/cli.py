@@ -75,15 +75,18 @@ def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.std
     """Cross-check every (shape, dtype) and dot size; print one table; return the reports."""
     import torch
 
-    from .crosscheck import crosscheck
+    from .crosscheck import crosscheck, prebuild
+    from .request import matmul_call
 
     rng = torch.Generator().manual_seed(0)
+    cases = [(_operands(shape, dtype, device, rng), kwargs) for dtype, kwargs in dtypes
+             for shape in shapes]
+    if device != "cpu":
+        prebuild([matmul_call(a, b, **kwargs).problem for (a, b), kwargs in cases])
     reports = []
-    for dtype, kwargs in dtypes:
-        for shape in shapes:
-            a, b = _operands(shape, dtype, device, rng)
-            reports.append(crosscheck(a, b, time_it=time_it, **kwargs))
-            print(_rows(reports[-1]), file=out, flush=True)
+    for (a, b), kwargs in cases:
+        reports.append(crosscheck(a, b, time_it=time_it, **kwargs))
+        print(_rows(reports[-1]), file=out, flush=True)
     for dtype in ("float16", "bfloat16", "float32", "float64"):
         for n in dot_sizes:
             x, y = _vectors(n, dtype, device, rng)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -17,7 +19,8 @@ from . import reference
 from .api import execute
 from .arrays import on_stream
 from .dispatch import Decision, decide, verdict
-from .registry import REGISTRY
+from .problem import Problem
+from .registry import REGISTRY, parallel_prepare
 from .request import Call, call_for
 
 
@@ -131,6 +134,24 @@ def check_backend(call: Call, name: str, config=None, ref=None, *, time_it: bool
         result.ok = False
         result.detail = f"{type(exc).__name__}: {exc}"
     return result
+
+
+def prebuild(problems: list[Problem]) -> None:
+    """Compile at once each problem's default kernel on every backend that compiles in
+    parallel processes (``prepare_many``), before a cross-check of many problems runs them
+    one by one: it then waits for one round of parallel builds, not one build after another.
+    A build that fails here is left for the cross-check to report."""
+    jobs = []
+    for name in REGISTRY.names:
+        backend = REGISTRY.get(name)
+        many = None if REGISTRY.availability(name) else parallel_prepare(backend)
+        if many is not None:
+            jobs += [(many, p, backend.default_config(p)) for p in problems
+                     if backend.supports(p) is None]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
+        done = [pool.submit(many, p, [config], 1) for many, p, config in jobs]
+    for future in done:
+        future.exception()
 
 
 def crosscheck_call(call: Call, backends: tuple[str, ...] | None = None, *,

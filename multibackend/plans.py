@@ -69,6 +69,15 @@ class Plan:
             d = torch.empty((1,), dtype=self.d_dtype, device=device)
             self.backend.run(p, Operands(a, b, None, d, stream=stream), self.decision.config)
             return d.reshape(())
+        if p.batch == 1 and self.backend.takes_matrices:  # the arrays as the caller gave them
+            if out is not None:
+                d = out
+            else:
+                d = torch.empty((p.m, p.n) if self.squeeze else (1, p.m, p.n),
+                                dtype=self.d_dtype, device=device)
+            self.backend.run(p, Operands(a, b, c if p.has_c else None, d, self.alpha,
+                                         self.beta, stream), self.decision.config)
+            return d
         if p.batch == 1:
             a = a if a.dim() == 3 else a.unsqueeze(0)
             b = b if b.dim() == 3 else b.unsqueeze(0)
@@ -112,16 +121,29 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
     return kind, tuple(out)
 
 
+#: the environment as os.environ holds it (encoded names and values), read directly on the
+#: hot path: os.environ.get encodes the name and decodes the value, a microsecond a name
+_ENVIRON = getattr(os.environ, "_data", None)
+_WATCHED = (ENV_BACKEND, tuning.ENV_TUNING)
+_WATCHED_KEYS = tuple(map(getattr(os.environ, "encodekey", str), _WATCHED))
+
+
+def _watched_environment() -> tuple:
+    """The (encoded) values of the environment variables dispatch reads."""
+    if isinstance(_ENVIRON, dict):
+        return tuple(map(_ENVIRON.get, _WATCHED_KEYS))
+    return tuple(map(os.environ.get, _WATCHED))
+
+
 def key(op: str, kind: str, tensors: tuple, options: tuple) -> tuple:
     """Everything validation and dispatch read, for tensors already adapted."""
-    parts: list = [op, kind, options, os.environ.get(ENV_BACKEND),
-                   os.environ.get(tuning.ENV_TUNING), tuning.generation()]
+    parts: list = [op, kind, options, *_watched_environment(), tuning.generation()]
     for t in tensors:
         if t is None:
             parts.append(None)
             continue
         ptr = t.data_ptr()
-        parts.append((t.dtype, tuple(t.shape), t.stride(), t.device,
+        parts.append((t.dtype, t.shape, t.stride(), t.device,
                       min(256, ptr & -ptr) if ptr else 256))
     return tuple(parts)
 

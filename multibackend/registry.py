@@ -7,7 +7,9 @@ that ``info`` and ``explain`` show. Importing multibackend never imports a backe
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
+from typing import Callable
 
 from multibackend.backends import BACKEND_MODULES
 
@@ -68,6 +70,15 @@ class Registry:
             self._failures.clear()
             self._available.clear()
         plans.forget()
+
+
+def parallel_prepare(backend: object) -> Callable | None:
+    """The backend's parallel compile, ``prepare_many(problem, configs, max_workers)`` ->
+    the configs that built, offered on the object or its module; None when it has none."""
+    found = getattr(backend, "prepare_many", None)
+    if found is None:
+        found = getattr(sys.modules.get(type(backend).__module__), "prepare_many", None)
+    return found
 
 
 REGISTRY = Registry()

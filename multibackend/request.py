@@ -29,6 +29,7 @@ class Call:
     squeeze: bool  # return D as 2-D (neither A nor B was 3-D)
     device: Any
     user_out: Any = None  # a NumPy ``out`` the result is copied back into
+    out: Any = None  # the caller's ``out`` (on the GPU), returned as the result
 
 
 def _shape(t) -> str:
@@ -204,7 +205,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop))
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
-    return Call(problem, operands, a.kind, squeeze, device, user_out)
+    return Call(problem, operands, a.kind, squeeze, device, user_out,
+                named["out"].tensor if "out" in named else None)
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:

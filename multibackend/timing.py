@@ -7,14 +7,15 @@ left in cache from the previous run. Then the GPU is held busy (a spin kernel la
 beyond one call's host time) while the host queues the start event, the call and the end
 event, so the events measure the GPU's work and not the host's launch overhead. Host overhead
 (calls per second of the Python entry point) is measured separately with
-:func:`host_calls_per_second`.
+:func:`host_calls_per_second`. Calls compared with each other (a backend and its baseline)
+are timed by :func:`time_interleaved`, their runs alternating, so drift treats them alike.
 """
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable
 
 _FLUSH = {}
 #: seconds the spin kernel outlasts three host calls by
@@ -79,37 +80,60 @@ def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
     ``warmup`` untimed runs, then up to ``reps`` timed runs (fewer if they would exceed
     ``max_seconds``), each preceded by an L2 flush when ``flush_l2``.
     """
+    return time_interleaved({None: fn}, warmup=warmup, reps=reps, flush_l2=flush_l2,
+                            max_seconds=max_seconds)[None]
+
+
+def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int = 5,
+                     reps: int = 50, flush_l2: bool = True,
+                     max_seconds: float = 10.0) -> dict[Hashable, Timing]:
+    """Time several calls against each other: :func:`time_gpu` for each, with their timed
+    runs interleaved one by one (every round runs each call once, starting one call further
+    on than the last round), so all of them see the same clock and temperature. On a GPU at
+    its power limit the clock follows what ran in the last milliseconds; calls timed one
+    after another would each be timed at a different clock.
+
+    ``reps`` timed runs of each (fewer if all of them together would exceed
+    ``max_seconds``)."""
     import torch
 
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream()
-    for _ in range(warmup):
+    names = list(fns)
+    spins, total_single = {}, 0.0
+    for name in names:
+        fn = fns[name]
+        for _ in range(warmup):
+            fn()
+        stream.synchronize()
+        start_probe = time.perf_counter()
         fn()
-    stream.synchronize()
-    start_probe = time.perf_counter()
-    fn()
-    stream.synchronize()
-    single = time.perf_counter() - start_probe
-    reps = max(3, min(reps, int(max_seconds / max(single, 1e-6))))
-    host = _host_seconds(fn, stream)
-    # the fastest of three host calls, with room for a slower one: a spin that ends before
-    # the host has queued the call would time the host's launch as GPU work
-    spin_cycles = int((3 * host + SPIN_MARGIN_S) * _clock_hz(device))
+        stream.synchronize()
+        total_single += time.perf_counter() - start_probe
+        # the fastest of three host calls, with room for a slower one: a spin that ends
+        # before the host has queued the call would time the host's launch as GPU work
+        spins[name] = int((3 * _host_seconds(fn, stream) + SPIN_MARGIN_S) * _clock_hz(device))
+    reps = max(3, min(reps, int(max_seconds / max(total_single, 1e-6))))
     flush = _flush_buffer(device) if flush_l2 else None
-    events = []
-    for _ in range(reps):
-        if flush is not None:
-            flush.fill_(reps)
-        torch.cuda._sleep(spin_cycles)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        fn()
-        end.record(stream)
-        events.append((start, end))
+    events: dict[Hashable, list] = {name: [] for name in names}
+    for order in rotations(names, reps):
+        for name in order:
+            if flush is not None:
+                flush.fill_(reps)
+            torch.cuda._sleep(spins[name])
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            fns[name]()
+            end.record(stream)
+            events[name].append((start, end))
     stream.synchronize()
-    times = [s.elapsed_time(e) for s, e in events]
-    return Timing(statistics.median(times), min(times), _quantile(times, 0.2),
-                  _quantile(times, 0.8), len(times))
+    timings = {}
+    for name, pairs in events.items():
+        times = [s.elapsed_time(e) for s, e in pairs]
+        timings[name] = Timing(statistics.median(times), min(times), _quantile(times, 0.2),
+                               _quantile(times, 0.8), len(times))
+    return timings
 
 
 def rotations(items: list, rounds: int) -> list[list]:

@@ -31,6 +31,7 @@ from multibackend.backends.base import Config
 from . import reference
 from .arrays import on_stream
 from .crosscheck import poison, reference_for
+from .registry import parallel_prepare
 from .request import Call, matmul_call
 from .suites import Shape
 from .timing import rotations
@@ -140,14 +141,6 @@ def evaluate(backend, config: Config, call: Call, ref, timer
         return None, f"raised: {type(exc).__name__}: {exc}"[:REASON_CHARS], None
 
 
-def _prepare_many(backend):
-    """The backend's parallel compile, offered on the object or its module, or None."""
-    found = getattr(backend, "prepare_many", None)
-    if found is None:
-        found = getattr(sys.modules.get(type(backend).__module__), "prepare_many", None)
-    return found
-
-
 def _healthy(device: str) -> bool:
     if not device.startswith("cuda"):
         return True
@@ -232,7 +225,7 @@ class _Worker:
         failed: dict[int, str] = {}
         names = dict.fromkeys(item.backend for item in items)
         for name in names:
-            compile_many = _prepare_many(self.job.registry.get(name))
+            compile_many = parallel_prepare(self.job.registry.get(name))
             mine = [item for item in items if item.backend == name]
             if compile_many is None or call.problem.op != "matmul":
                 continue

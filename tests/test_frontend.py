@@ -236,6 +236,46 @@ def test_remembered_plan_for_batched_broadcast_operands():
     assert len(plans._PLANS) == 1
 
 
+@pytest.mark.parametrize("rank_a, rank_b, rank_c, out_rank", [
+    (2, 2, None, None), (2, 2, 2, 2), (3, 2, 3, None), (2, 3, 2, 3), (3, 3, None, 3)])
+def test_remembered_plan_hands_matrices_as_given_to_backends_that_take_them(
+        monkeypatch, rank_a, rank_b, rank_c, out_rank):
+    from multibackend import plans
+    from multibackend.registry import REGISTRY
+
+    triton = REGISTRY.get("triton")
+    assert triton.takes_matrices
+    seen: list = []
+    run = triton.run
+
+    def spy(problem, ops, config):
+        seen.append((ops.a.dim(), ops.b.dim(), None if ops.c is None else ops.c.dim(),
+                     ops.d.dim()))
+        run(problem, ops, config)
+    monkeypatch.setattr(triton, "run", spy)
+    plans.forget()
+    gen = torch.Generator().manual_seed(8)
+
+    def rand(rows, cols, rank):
+        x = torch.rand((rows, cols), generator=gen) * 2 - 1
+        return x if rank == 2 else x[None]
+    a = rand(19, 13, rank_a)
+    b = rand(11, 13, rank_b).transpose(-1, -2)  # column-major B
+    c = rand(19, 11, rank_c) if rank_c else None
+    out = torch.full((1, 19, 11)[3 - out_rank:], float("nan")) if out_rank else None
+    expected = a.double() @ b.double() + (c.double() if c is not None else 0)
+    for call in range(2):  # the full path (3-D views), then the plan (the arrays as given)
+        if out is not None:
+            out.fill_(float("nan"))
+        d = mb.matmul(a, b, c, out=out, backend="triton")
+        assert d.shape == torch.broadcast_shapes(a.shape[:-1] + (11,), b.shape[:-2] + (1, 1))
+        assert out is None or d is out
+        assert (d.double() - expected.reshape(d.shape)).abs().max() < 1e-5
+    assert len(plans._PLANS) == 1
+    assert seen[0][::3] == (3, 3)
+    assert seen[1] == (rank_a, rank_b, rank_c, out_rank or max(rank_a, rank_b))
+
+
 def test_batch_of_one_is_broadcast_like_a_matrix():
     gen = torch.Generator().manual_seed(7)
     a = torch.rand((1, 5, 7), generator=gen)

@@ -190,10 +190,17 @@ def test_launcher_keeps_the_compiled_kernel_per_key(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     fn = _FakeJit()
     launch = Launcher(fn)
-    launch(("k", 1), (4, 1, 1), 99, ("x", 10), {"BLOCK": 32, "num_warps": 4})
-    launch(("k", 1), (4, 1, 1), 123, ("y", 10), {"BLOCK": 32, "num_warps": 4})
-    launch(("k", 2), (8, 1, 1), 123, ("z", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4})
-    launch(("k", 2), (8, 1, 1), 5, ("w", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4})
+    asked: list = []
+
+    def constexprs(**named):
+        def make():
+            asked.append(named["BLOCK"])
+            return named
+        return make
+    launch(("k", 1), (4, 1, 1), 99, ("x", 10), constexprs(BLOCK=32, num_warps=4))
+    launch(("k", 1), (4, 1, 1), 123, ("y", 10), constexprs(BLOCK=32, num_warps=4))
+    launch(("k", 2), (8, 1, 1), 123, ("z", 11), constexprs(BLOCK=64, MODE=1, num_warps=4))
+    launch(("k", 2), (8, 1, 1), 5, ("w", 11), constexprs(BLOCK=64, MODE=1, num_warps=4))
     assert fn.launches == [
         ("triton", (4, 1, 1), ("x", 10), {"BLOCK": 32, "num_warps": 4}),
         # the kept kernel takes every parameter, constexprs (and their defaults) included,
@@ -202,6 +209,7 @@ def test_launcher_keeps_the_compiled_kernel_per_key(monkeypatch):
         ("triton", (8, 1, 1), ("z", 11), {"BLOCK": 64, "MODE": 1, "num_warps": 4}),
         ("kept", (8, 1, 1), ("w", 11, 64, 1), 5),
     ]
+    assert asked == [32, 64]  # the constexprs are worked out only for a new key
     assert aligned(0, 16, 8, 4096 + 2) == (True, True, False, False)
 
 
@@ -212,5 +220,5 @@ def test_launcher_keeps_nothing_under_the_interpreter(monkeypatch):
     fn = _FakeJit()
     launch = Launcher(fn)
     for _ in range(2):
-        launch("k", (1, 1, 1), 0, ("x", 1), {"BLOCK": 1})
+        launch("k", (1, 1, 1), 0, ("x", 1), lambda: {"BLOCK": 1})
     assert [entry[0] for entry in fn.launches] == ["triton", "triton"]
