@@ -5,7 +5,8 @@ registry's available backends accept (cuBLAS included: it is the baseline, and `
 pick it where it is fastest), then runs the candidates in a child process
 (:mod:`multibackend.tuner_worker`): each is compiled (in parallel where the backend offers
 ``prepare_many``), run on poisoned output, compared with the float64 reference and timed with
-:func:`multibackend.timing.time_gpu`. A candidate that is wrong, raises, hangs past the
+:func:`multibackend.timing.time_interleaved`; the candidates within 10% of the fastest are
+then timed again against each other, their runs interleaved. A candidate that is wrong, raises, hangs past the
 timeout or kills the process is dropped with its reason, and a fresh child carries on with
 the rest: no candidate can end the run, and a dropped one can never win.
 
@@ -26,14 +27,14 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from multiprocessing.connection import Connection
-from typing import IO, Any, Callable, Iterable
+from typing import IO, Any, Iterable
 
 from . import dtypes as dt
 from . import environment, tuning
 from .errors import InvalidArgument
 from .problem import synthetic
 from .suites import SUITES, Shape, parse_shape, suite
-from .tuner_worker import GpuTimer, Item, Job, Spec
+from .tuner_worker import GpuTimer, Item, Job, Spec, Timer
 
 BASELINE = "cublas"
 #: the fewest candidates per backend and the timing repetitions of ``quick=True``
@@ -316,7 +317,7 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
          backends: Iterable[str] | None = None, *, max_configs: int | None = None,
          quick: bool = False, timeout_s: float = 120.0, compile_timeout_s: float = 900.0,
          max_workers: int | None = None, progress: IO[str] | None = sys.stderr,
-         registry: Any = None, timer: Callable[[Callable[[], object]], float] | None = None,
+         registry: Any = None, timer: Timer | None = None,
          device: str | None = None, seed: int = 0) -> dict:
     """Tune ``shapes`` (suite names, ``"MxNxK"``/``"BxMxNxK"`` strings or tuples) for each of
     ``dtypes`` over ``backends`` (default: every backend; cuBLAS is always measured) and
@@ -326,8 +327,8 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     ``quick`` sets it to 3 when unset and times 10 runs instead of 50. A candidate gets
     ``timeout_s`` to run and be timed; setting up a problem or compiling a backend's
     candidates in parallel gets ``compile_timeout_s``. ``registry`` (an object with ``names``,
-    ``get`` and ``availability``, picklable), ``timer`` (a picklable callable: a no-argument
-    call to milliseconds) and ``device`` replace multibackend's registry, the GPU timer and
+    ``get`` and ``availability``, picklable), ``timer`` (a picklable callable: no-argument
+    calls by key to each one's milliseconds, timed against each other) and ``device`` replace multibackend's registry, the GPU timer and
     ``"cuda"``; the progress bar and the summary go to ``progress`` (None: silent).
     """
     from .registry import REGISTRY

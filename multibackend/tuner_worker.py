@@ -24,7 +24,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 from multibackend.backends.base import Config
 
@@ -34,10 +34,9 @@ from .crosscheck import poison, reference_for
 from .registry import parallel_prepare
 from .request import Call, matmul_call
 from .suites import Shape
-from .timing import rotations
 
 REASON_CHARS = 300
-#: candidates within this fraction of the fastest are timed again in interleaved rounds
+#: candidates within this fraction of the fastest are timed again, against each other
 REFINE_WITHIN = 0.10
 REFINE_ROUNDS = 4
 
@@ -60,30 +59,37 @@ class Item:
     config: dict
 
 
+#: what the tuner's timer does: calls by key -> each one's milliseconds, timed against each
+#: other (a single candidate is a dict of one)
+Timer = Callable[[dict[Hashable, Callable[[], object]]], dict[Hashable, float]]
+
+
 @dataclass
 class GpuTimer:
-    """Median GPU milliseconds of a call by :func:`multibackend.timing.time_gpu`."""
+    """Median GPU milliseconds of each call, their runs interleaved
+    (:func:`multibackend.timing.time_interleaved`)."""
 
     warmup: int = 5
     reps: int = 50
     max_seconds: float = 10.0
 
-    def __call__(self, fn: Callable[[], object]) -> float:
-        from .timing import time_gpu
+    def __call__(self, calls: dict[Hashable, Callable[[], object]]) -> dict[Hashable, float]:
+        from .timing import time_interleaved
 
-        return time_gpu(fn, warmup=self.warmup, reps=self.reps,
-                        max_seconds=self.max_seconds).median_ms
+        found = time_interleaved(calls, warmup=self.warmup, reps=self.reps,
+                                 max_seconds=self.max_seconds)
+        return {key: timing.median_ms for key, timing in found.items()}
 
 
 @dataclass
 class Job:
     """What one worker process evaluates. ``registry`` None means multibackend's registry;
-    ``timer`` maps a no-argument call to its time in milliseconds."""
+    ``timer`` times calls against each other (:data:`Timer`)."""
 
     specs: dict[int, Spec]
     items: list[Item]
     device: str
-    timer: Callable[[Callable[[], object]], float] = field(default_factory=GpuTimer)
+    timer: Timer = field(default_factory=GpuTimer)
     registry: Any = None
     max_workers: int | None = None
     seed: int = 0
@@ -115,7 +121,7 @@ def _wrong(cmp) -> str:
     return f"wrong: {cmp.detail}"
 
 
-def evaluate(backend, config: Config, call: Call, ref, timer
+def evaluate(backend, config: Config, call: Call, ref, timer: Timer
              ) -> tuple[float | None, str | None, Callable[[], None] | None]:
     """(milliseconds, None, the timed call) for a candidate that matches the reference, else
     (None, why, None)."""
@@ -136,7 +142,7 @@ def evaluate(backend, config: Config, call: Call, ref, timer
         cmp = reference.compare(problem, ops.d, ref)
         if not cmp.ok:
             return None, _wrong(cmp), None
-        return float(timer(once)), None, once
+        return float(timer({config.name: once})[config.name]), None, once
     except Exception as exc:
         return None, f"raised: {type(exc).__name__}: {exc}"[:REASON_CHARS], None
 
@@ -202,10 +208,11 @@ class _Worker:
         return True
 
     def _refine(self, index: int, timed: dict[int, tuple[float, Callable[[], None]]]) -> None:
-        """Time the candidates within REFINE_WITHIN of the fastest again, in REFINE_ROUNDS
-        interleaved rounds that each start one candidate further on, and report each one's
-        median over all its timings: a clock or temperature drift while the candidates ran
-        one after another cannot pick the winner."""
+        """Time the candidates within REFINE_WITHIN of the fastest again, against each other:
+        REFINE_ROUNDS times, their runs interleaved, and report each one's median over those
+        rounds. Timed one after another, they ran at different clocks (a GPU at its power
+        limit follows what ran last), which could pick the winner; the benchmarks compare
+        backends the same way."""
         if not timed:
             return
         fastest = min(ms for ms, _ in timed.values())
@@ -213,12 +220,10 @@ class _Worker:
         if len(close) < 2:
             return
         self.send("begin", ("refine", index))
-        samples = {i: [ms] for i, (ms, _) in close.items()}
-        for order in rotations(list(close), REFINE_ROUNDS):
-            for i in order:
-                samples[i].append(float(self.job.timer(close[i][1])))
-        for i, values in samples.items():
-            self.send("retimed", i, statistics.median(values))
+        calls = {i: once for i, (_, once) in close.items()}
+        rounds = [self.job.timer(calls) for _ in range(REFINE_ROUNDS)]
+        for i in close:
+            self.send("retimed", i, statistics.median(float(r[i]) for r in rounds))
 
     def _compile(self, index: int, call: Call, items: list[Item]) -> dict[int, str]:
         """Compile each backend's candidates at once where it can; the ids that failed."""

@@ -190,14 +190,15 @@ class FakeRegistry:
 CRASHES = ("exits", "aborts", "hangs")
 
 
-def wall_ms(fn) -> float:
-    """Median wall time of a few calls (the CPU stand-in for the GPU timer)."""
-    times = []
+def wall_ms(calls: dict) -> dict:
+    """Median wall time of a few runs of each call (the CPU stand-in for the GPU timer)."""
+    times: dict = {key: [] for key in calls}
     for _ in range(3):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for key, fn in calls.items():
+            start = time.perf_counter()
+            fn()
+            times[key].append((time.perf_counter() - start) * 1e3)
+    return {key: statistics.median(t) for key, t in times.items()}
 
 
 REGISTRY = FakeRegistry([
@@ -304,16 +305,20 @@ TIMER_CALLS = 0
 TRUE_MS = {"early": 1.0, "late": 0.95, "cublas": 5.0}
 
 
-def drift_timer(fn) -> float:
+def drift_timer(calls: dict) -> dict:
+    """Times the calls against each other: all at the drift of this timing."""
     global TIMER_CALLS
-    fn()
     TIMER_CALLS += 1
-    return TRUE_MS[LAST_RUN] * (1.0 if TIMER_CALLS == 1 else 1.08)
+    found = {}
+    for key, fn in calls.items():
+        fn()
+        found[key] = TRUE_MS[LAST_RUN] * (1.0 if TIMER_CALLS == 1 else 1.08)
+    return found
 
 
 def test_tuner_times_close_candidates_again_interleaved():
     """The first candidate, timed while the GPU was cool, looks fastest (1.00 against 1.03);
-    the interleaved rounds find the truly faster one."""
+    timed again against each other, the truly faster one wins."""
     registry = FakeRegistry([DriftBackend("early", "good"), DriftBackend("late", "good"),
                              DriftBackend("cublas", "good")])
     table = tune([(16, 8, 8)], dtypes=["float16"], registry=registry, timer=drift_timer,
