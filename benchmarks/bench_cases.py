@@ -26,8 +26,10 @@ from multibackend.timing import Timing, time_interleaved
 
 AUTO = "auto"
 PEDANTIC_ROUNDS = 10
-#: timed runs of each member of a group
-REPS = 50
+#: timed runs of each member of a group: up to REPS, fewer where the group's members take
+#: more than GROUP_SECONDS together (a microsecond kernel's median needs many runs to settle)
+REPS = 300
+GROUP_SECONDS = 2.0
 CHECK_BOUND = 2e-2
 
 
@@ -141,7 +143,7 @@ def group_timings(case: Case) -> dict[str, Timing]:
             if not isinstance(found, str):
                 found.run()
                 runs[name] = found.run
-        _GROUP[key] = time_interleaved(runs, warmup=2, reps=REPS)
+        _GROUP[key] = time_interleaved(runs, warmup=2, reps=REPS, max_seconds=GROUP_SECONDS)
     return _GROUP[key]
 
 

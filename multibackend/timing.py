@@ -12,6 +12,7 @@ are timed by :func:`time_interleaved`, their runs alternating, so drift treats t
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -136,13 +137,22 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
     return timings
 
 
-def rotations(items: list, rounds: int) -> list[list]:
-    """``rounds`` orderings of ``items`` for interleaved timing, each starting one item further
-    on, so that no item always runs first or last in its round (a GPU's clock falls as it
-    heats within a round)."""
+def rotations(items: list, rounds: int, seed: int = 0) -> list[list]:
+    """``rounds`` orderings of ``items`` for interleaved timing: each starts one item further
+    on round a cycle, so that every item takes every place in turn (a GPU's clock falls as it
+    heats within a round), and after every ``len(items)`` rounds the cycle is shuffled
+    (seeded), so that no item always runs right after the same other one (on a GPU at its
+    power limit a run is faster after a run that drew less power)."""
     if not items:
         return [[] for _ in range(rounds)]
-    return [items[r % len(items):] + items[:r % len(items)] for r in range(rounds)]
+    rng = random.Random(seed)
+    cycle, orders = list(items), []
+    for r in range(rounds):
+        shift = r % len(cycle)
+        if r and not shift:
+            rng.shuffle(cycle)
+        orders.append(cycle[shift:] + cycle[:shift])
+    return orders
 
 
 def host_calls_per_second(fn: Callable[[], object], *, seconds: float = 1.0,

@@ -330,12 +330,31 @@ def test_tuner_times_close_candidates_again_interleaved():
     assert entry["timings_ms"]["cublas:default"] == pytest.approx(5.0 * 1.08)
 
 
-def test_rotations_put_every_item_in_every_place():
+def test_rotations_put_every_item_in_every_place_after_every_other_item():
     from multibackend.timing import rotations
 
     orders = rotations(["a", "b", "c"], 3)
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]
-    assert rotations(["a", "b"], 3)[2] == ["a", "b"] and rotations([], 2) == [[], []]
+    many = rotations(list("abcd"), 40)
+    assert many == rotations(list("abcd"), 40)  # seeded: a rerun times in the same orders
+    assert all(sorted(order) == list("abcd") for order in many)
+    for start in range(0, 40, 4):  # each block of four rounds puts every item in every place
+        block = many[start:start + 4]
+        assert all(sorted(order[place] for order in block) == list("abcd") for place in range(4))
+    after = {(order[i - 1], order[i]) for order in many for i in range(1, 4)}
+    assert len(after) == 12  # every item runs right after every other one
+    assert rotations([], 2) == [[], []]
+
+
+def test_the_baseline_keeps_a_shape_unless_beaten_by_more_than_the_margin():
+    from multibackend.tuner import BASELINE_MARGIN, _winner
+
+    assert BASELINE_MARGIN == pytest.approx(0.03)
+    close = {"cublas:default": 1.02, "triton:a": 1.0, "cutlass:b": 1.01}
+    assert _winner(close) == "cublas:default"
+    clear = {"cublas:default": 1.05, "cublas:other": 1.2, "triton:a": 1.0}
+    assert _winner(clear) == "triton:a"
+    assert _winner({"triton:a": 1.0, "triton:b": 0.99}) == "triton:b"
 
 
 def test_a_config_read_back_from_json_is_the_same_hashable_config():
