@@ -12,13 +12,15 @@ library. The contract:
 - ``prepare(problem, config)``: compile or load from the persistent cache.
 - ``run(problem, operands, config)``: launch on ``operands.stream`` and write every element of
   ``operands.d``; never synchronize the device.
+- ``bind(problem, config, operands)`` (optional): the same launch with the per-call work done
+  once, for the calls a remembered plan repeats.
 """
 from __future__ import annotations
 
 import abc
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from multibackend.capability import Capability, Reason
 from multibackend.problem import Problem
@@ -116,6 +118,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
         """Launch on ``operands.stream``, writing all of ``operands.d``."""
+
+    def bind(self, problem: Problem, config: Config,
+             operands: Operands) -> Callable[[Any, Any, Any, Any, int], None] | None:
+        """``run`` with its per-call work done once: a function of (a, b, c, d, stream) that
+        launches ``problem`` with ``config`` on arrays like ``operands``' (the same dtypes,
+        ranks, shapes, strides and pointer alignment, C present or not) with the same alpha
+        and beta, as a remembered plan guarantees. Called after ``run`` ran on ``operands``;
+        None (the default) where there is nothing to save."""
+        return None
 
     def versions(self) -> dict[str, str]:
         """Versions of the libraries the backend's results depend on (for tuning tables)."""

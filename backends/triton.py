@@ -214,7 +214,9 @@ class TritonBackend(Backend):
         self._statics[(problem, config.name)] = found = (grid, constexprs)
         return found
 
-    def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
+    def _matmul_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
+        """(the launcher's key, grid, the kernel's arguments, a constexprs builder) of the
+        pointer kernel on these operands."""
         grid, constexprs = self._matmul_statics(problem, config)
         a, b, c, d = ops.a, ops.b, ops.c, ops.d
         c_arg = c if c is not None else d
@@ -224,13 +226,19 @@ class TritonBackend(Backend):
         scale = ops.alpha != 1
         key = (problem, config.name, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
+        return (key, grid, (a, b, c_arg, d, *ints, ops.alpha, ops.beta),
+                lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale))
+
+    def _launcher(self) -> Launcher:
         if self._matmul_launcher is None:
             from . import triton_kernels as kernels
 
             self._matmul_launcher = Launcher(kernels.matmul_kernel)
-        args = (a, b, c_arg, d, *ints, ops.alpha, ops.beta)
-        self._matmul_launcher(key, grid, ops.stream, args,
-                              lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale))
+        return self._matmul_launcher
+
+    def _launch_matmul(self, problem: Problem, ops: Operands, config: Config) -> None:
+        key, grid, args, constexprs = self._matmul_launch(problem, ops, config)
+        self._launcher()(key, grid, ops.stream, args, constexprs)
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
         import torch
@@ -356,6 +364,26 @@ class TritonBackend(Backend):
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
         self._launch(problem, operands, config)
+
+    def bind(self, problem: Problem, config: Config, operands: Operands):
+        """The pointer kernel's kept launcher with the integer arguments, alpha and beta of
+        these calls filled in (None for dot, TMA tiles and anything Triton did not keep)."""
+        if problem.op != "matmul":
+            return None
+        if config.name == "autotune":
+            config = self._autotuned(problem, operands)
+        if config.get("kind") == "tma":
+            return None
+        key, _, args, _ = self._matmul_launch(problem, operands, config)
+        kept = self._launcher().kept(key)
+        if kept is None:
+            return None
+        runner, tail = kept
+        middle = args[4:]  # the integers, alpha and beta
+
+        def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+            runner(a, b, d if c is None else c, d, *middle, *tail, stream=stream)
+        return launch
 
 
 def create() -> Backend:

@@ -6,7 +6,8 @@ the compiled kernel up on every call: tens of microseconds of host time, several
 GEMM's GPU time. :class:`Launcher` sends the first launch of each specialization through
 Triton as usual and keeps the compiled kernel that launch returns; a later launch under the
 same key goes straight to that kernel's own launcher (``compiled[grid](...)``), which is
-where ``kernel[grid]`` ends up too, launch hooks (profilers) included.
+where ``kernel[grid]`` ends up too, launch hooks (profilers) included. :meth:`Launcher.kept`
+hands that launcher out, for a caller that binds it to the arguments of repeated calls.
 
 The caller's key must determine everything Triton specializes on: the kernel's dtypes and
 constexprs, each integer argument's value and each pointer's 16-byte alignment. Under the
@@ -32,7 +33,6 @@ class Launcher:
                  constexprs: Callable[[], dict[str, Any]]) -> None:
         """Launch ``fn[grid](*args, **constexprs())`` on ``stream`` (the current stream);
         ``constexprs`` is called only when ``key`` has no compiled kernel yet."""
-
         found = self._runners.get(key)
         if found is not None:
             runner, tail = found
@@ -46,6 +46,11 @@ class Launcher:
             if len(self._runners) >= LIMIT:
                 self._runners.clear()
             self._runners[key] = (compiled[grid], tail)
+
+    def kept(self, key: Hashable) -> tuple[Callable, tuple] | None:
+        """(the compiled kernel's launcher, the constexpr arguments it takes after the
+        caller's) kept under ``key``, or None."""
+        return self._runners.get(key)
 
 
 def aligned(*pointers: int) -> tuple[bool, ...]:

@@ -28,9 +28,15 @@ from .request import batched
 LIMIT = 4096
 
 
-@dataclass(frozen=True)
+#: a plan whose backend has not been asked for a bound launch yet
+_UNBOUND = object()
+
+
+@dataclass(eq=False)
 class Plan:
-    """The outcome of validating and dispatching one kind of call."""
+    """The outcome of validating and dispatching one kind of call. ``bound``: the backend's
+    bound launch for these calls (:meth:`~multibackend.backends.base.Backend.bind`), asked
+    for after the plan's first run; None where it has none."""
 
     problem: Problem
     decision: Decision
@@ -40,6 +46,7 @@ class Plan:
     beta: float | int
     backend: Any = None
     d_dtype: Any = None
+    bound: Any = _UNBOUND
 
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
@@ -75,8 +82,14 @@ class Plan:
             else:
                 d = torch.empty((p.m, p.n) if self.squeeze else (1, p.m, p.n),
                                 dtype=self.d_dtype, device=device)
-            self.backend.run(p, Operands(a, b, c if p.has_c else None, d, self.alpha,
-                                         self.beta, stream), self.decision.config)
+            c = c if p.has_c else None
+            if self.bound is None or self.bound is _UNBOUND:
+                ops = Operands(a, b, c, d, self.alpha, self.beta, stream)
+                self.backend.run(p, ops, self.decision.config)
+                if self.bound is _UNBOUND:
+                    self.bound = self.backend.bind(p, self.decision.config, ops)
+            else:
+                self.bound(a, b, c, d, stream)
             return d
         if p.batch == 1:
             a = a if a.dim() == 3 else a.unsqueeze(0)

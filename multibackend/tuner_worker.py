@@ -36,7 +36,8 @@ from .request import Call, matmul_call
 from .suites import Shape
 
 REASON_CHARS = 300
-#: candidates within this fraction of the fastest are timed again, against each other
+#: candidates within this fraction of the fastest (and each backend's fastest) are timed
+#: again, against each other
 REFINE_WITHIN = 0.10
 REFINE_ROUNDS = 4
 
@@ -190,7 +191,7 @@ class _Worker:
                                                  f"{type(exc).__name__}: {exc}"[:REASON_CHARS])
             return _healthy(self.job.device)
         failed = self._compile(index, call, items)
-        timed: dict[int, tuple[float, Callable[[], None]]] = {}
+        timed: dict[int, tuple[str, float, Callable[[], None]]] = {}
         for item in items:
             if item.id in failed:
                 self.send("done", item.id, None, failed[item.id])
@@ -201,26 +202,33 @@ class _Worker:
                                         self.job.timer)
             self.send("done", item.id, ms, reason)
             if once is not None:
-                timed[item.id] = (ms, once)
+                timed[item.id] = (item.backend, ms, once)
             if reason is not None and not _healthy(self.job.device):
                 return False
         self._refine(index, timed)
         return True
 
-    def _refine(self, index: int, timed: dict[int, tuple[float, Callable[[], None]]]) -> None:
-        """Time the candidates within REFINE_WITHIN of the fastest again, against each other:
-        REFINE_ROUNDS times, their runs interleaved, and report each one's median over those
-        rounds. Timed one after another, they ran at different clocks (a GPU at its power
-        limit follows what ran last), which could pick the winner; the benchmarks compare
-        backends the same way."""
+    def _refine(self, index: int,
+                timed: dict[int, tuple[str, float, Callable[[], None]]]) -> None:
+        """Time again, against each other, the candidates within REFINE_WITHIN of the fastest
+        and every backend's fastest candidate (cuBLAS's among them): REFINE_ROUNDS times,
+        their runs interleaved, and report each one's median over those rounds. Timed one
+        after another, they ran at different clocks (a GPU at its power limit follows what
+        ran in the last milliseconds), which could pick the winner; this is the comparison
+        the benchmark groups make, each backend's best beside the others."""
         if not timed:
             return
-        fastest = min(ms for ms, _ in timed.values())
-        close = {i: v for i, v in timed.items() if v[0] <= fastest * (1 + REFINE_WITHIN)}
+        fastest = min(ms for _, ms, _ in timed.values())
+        close = {i for i, (_, ms, _) in timed.items() if ms <= fastest * (1 + REFINE_WITHIN)}
+        best_of: dict[str, int] = {}
+        for i, (backend, ms, _) in timed.items():
+            if backend not in best_of or ms < timed[best_of[backend]][1]:
+                best_of[backend] = i
+        close |= set(best_of.values())
         if len(close) < 2:
             return
         self.send("begin", ("refine", index))
-        calls = {i: once for i, (_, once) in close.items()}
+        calls = {i: timed[i][2] for i in sorted(close)}
         rounds = [self.job.timer(calls) for _ in range(REFINE_ROUNDS)]
         for i in close:
             self.send("retimed", i, statistics.median(float(r[i]) for r in rounds))

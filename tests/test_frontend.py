@@ -276,6 +276,33 @@ def test_remembered_plan_hands_matrices_as_given_to_backends_that_take_them(
     assert seen[1] == (rank_a, rank_b, rank_c, out_rank or max(rank_a, rank_b))
 
 
+def test_remembered_plan_launches_through_the_backends_bound_launch(monkeypatch):
+    from multibackend import plans
+    from multibackend.registry import REGISTRY
+
+    triton = REGISTRY.get("triton")
+    asked, bound_calls = [], []
+    run = triton.run
+
+    def bind(problem, config, ops):
+        asked.append(ops.a.dim())
+
+        def launch(a, b, c, d, stream):
+            bound_calls.append((a, b, c, d))
+            run(problem, plans.Operands(a, b, c, d, ops.alpha, ops.beta, stream), config)
+        return launch
+    monkeypatch.setattr(triton, "bind", bind)
+    plans.forget()
+    gen = torch.Generator().manual_seed(10)
+    a, b = torch.rand((6, 4), generator=gen), torch.rand((4, 3), generator=gen)
+    results = [mb.matmul(a, b, backend="triton") for _ in range(4)]
+    # the full path, the plan's first run (then bound), and two bound launches
+    assert asked == [2] and len(bound_calls) == 2
+    assert bound_calls[0][0] is a and bound_calls[0][2] is None
+    for d in results:
+        assert (d.double() - a.double() @ b.double()).abs().max() < 1e-5
+
+
 def test_batch_of_one_is_broadcast_like_a_matrix():
     gen = torch.Generator().manual_seed(7)
     a = torch.rand((1, 5, 7), generator=gen)

@@ -222,3 +222,56 @@ def test_launcher_keeps_nothing_under_the_interpreter(monkeypatch):
     for _ in range(2):
         launch("k", (1, 1, 1), 0, ("x", 1), lambda: {"BLOCK": 1})
     assert [entry[0] for entry in fn.launches] == ["triton", "triton"]
+
+
+class _RecordingLauncher:
+    """Stands in for the matmul kernel's Launcher: records launches, keeps a fake kernel."""
+
+    def __init__(self):
+        self.launches: list = []
+        self.keys: list = []
+
+    def __call__(self, key, grid, stream, args, constexprs):
+        self.keys.append(key)
+        self.launches.append((args, stream))
+
+    def kept(self, key):
+        if key not in self.keys:
+            return None
+        return (lambda *args, stream: self.launches.append((args[:-1], stream)), ("TAIL",))
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_bound_launch_passes_what_run_passes(with_c):
+    from multibackend.backends.triton import TritonBackend
+
+    backend = TritonBackend()
+    backend._matmul_launcher = recorder = _RecordingLauncher()
+    gen = torch.Generator().manual_seed(9)
+    a = torch.rand((9, 5), generator=gen)
+    b = torch.rand((7, 5), generator=gen).T
+    c = torch.rand((9, 7), generator=gen) if with_c else None
+    d = torch.empty((9, 7))
+    call = matmul_call(a, b, c, alpha=2.0, beta=0.5 if with_c else None, out=d)
+    config = backend.configs(call.problem)[0]
+    assert backend.bind(call.problem, config, call.operands) is None  # nothing kept yet
+    backend.run(call.problem, call.operands, config)
+    launch = backend.bind(call.problem, config, call.operands)
+    ops = call.operands
+    launch(ops.a, ops.b, ops.c, ops.d, 77)
+    (run_args, run_stream), (bound_args, bound_stream) = recorder.launches
+    assert bound_stream == 77 and run_stream == ops.stream
+    assert len(bound_args) == len(run_args)
+    assert all(x is y for x, y in zip(bound_args[:4], run_args[:4]))  # the same tensors
+    assert bound_args[4:] == run_args[4:]  # integers, alpha, beta
+    assert run_args[-2:] == (2.0, 0.5 if with_c else 0)
+    assert (run_args[2] is ops.c) if with_c else (run_args[2] is ops.d)
+
+
+def test_dot_has_no_bound_launch():
+    from multibackend.backends.triton import TritonBackend
+
+    backend = TritonBackend()
+    x = torch.rand(100)
+    call = dot_call(x, x)
+    assert backend.bind(call.problem, backend.configs(call.problem)[0], call.operands) is None
