@@ -15,6 +15,7 @@ table may pick it where it is the fastest.
 """
 from __future__ import annotations
 
+from multibackend.arrays import cupy_stream
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
@@ -158,7 +159,7 @@ class CublasBackend(Backend):
     def _dot(self, ops: Operands) -> None:
         import cupy
 
-        with cupy.cuda.ExternalStream(ops.stream):
+        with cupy_stream(ops.stream, ops.a.device.index):
             result = cupy.dot(cupy.from_dlpack(ops.a), cupy.from_dlpack(ops.b))
             cupy.from_dlpack(ops.d)[0] = result
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from multibackend import nvrtc
+from multibackend.arrays import cupy_stream
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
@@ -357,7 +358,7 @@ class RawWmmaBackend(Backend):
         kernel = kernel_for(problem, config)
         device = self._device_index(problem)
         with cupy.cuda.Device(device):
-            stream = cupy.cuda.ExternalStream(operands.stream, device)
+            stream = cupy_stream(operands.stream, device)
             if problem.op == "dot":
                 self._run_dot(problem, operands, config, kernel, stream, device)
             else:
