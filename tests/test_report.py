@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +88,14 @@ def test_cli_report_writes_plots_and_figures(tmp_path, capsys):
     assert "bars:" in capsys.readouterr().out
     assert (tmp_path / "png" / "ratio_heatmap.png").read_bytes()[:8] == PNG_MAGIC
     assert json.loads(out.read_text())["host_overhead_ok"] is True
+
+
+def test_benchmark_gate_marks_only_the_benchmarks():
+    """Collected together, the tests keep their own marks: only benchmarks/ is marked gpu."""
+    root = SAMPLE.parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not gpu",
+         "-p", "no:cacheprovider", "tests/test_packing.py", "benchmarks/test_bench_overhead.py"],
+        cwd=root, capture_output=True, text=True, timeout=300)
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    assert collected and all(line.startswith("tests/test_packing.py::") for line in collected)
