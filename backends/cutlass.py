@@ -270,15 +270,15 @@ def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:
                           f"{problem.describe()} (offered: {names}...)")
 
 
-def prepare_many(problem: Problem, configs: list[Config],
-                 max_workers: int | None = None) -> list[Config]:
-    """Compile (or load from cache) every config for ``problem`` at once, in parallel nvcc
-    processes; returns the configs that built. Raises the first failure when none built."""
-    candidates = [candidate_for(problem, config) for config in configs]
-    jobs = [(cutlass_emit.emit(c), c.arch, c.name) for c in candidates]
-    results = cutlass_build.build_many(jobs, max_workers)
-    built = [config for config, result in zip(configs, results)
-             if not isinstance(result, Exception)]
+def prepare_many(jobs: list[tuple[Problem, Config]],
+                 max_workers: int | None = None) -> list[tuple[Problem, Config]]:
+    """Compile (or load from cache) the kernel of every (problem, config) at once, in
+    parallel nvcc processes (at most ``max_workers``, by default as many as the cores and
+    memory allow); returns the pairs that built. Raises the first failure when none built."""
+    candidates = [candidate_for(problem, config) for problem, config in jobs]
+    builds = [(cutlass_emit.emit(c), c.arch, c.name) for c in candidates]
+    results = cutlass_build.build_many(builds, max_workers)
+    built = [job for job, result in zip(jobs, results) if not isinstance(result, Exception)]
     if results and not built:
         raise results[0]
     return built

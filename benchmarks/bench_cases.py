@@ -6,8 +6,8 @@ tuning table (``MULTIBACKEND_TUNING``) timed fastest for it on this exact shape,
 default config; ``auto`` runs what dispatch decides.
 
 The number the report uses is ``extra_info["gpu_ms"]``: GPU time by CUDA events from
-:func:`multibackend.timing.time_gpu` (warm-up, L2 flushed before each run, host launch time
-hidden), with the timed runs of a group's members interleaved (:func:`group_timings`).
+:func:`multibackend.timing.time_interleaved` (warm-up, L2 flushed before each run, host launch
+time hidden), the timed runs of a group's members alternating (:func:`group_timings`).
 pytest-benchmark's own statistics are the wall time of one call followed by a device
 synchronize (kept for reference; they include the host's launch time).
 """

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -141,17 +139,16 @@ def prebuild(problems: list[Problem]) -> None:
     parallel processes (``prepare_many``), before a cross-check of many problems runs them
     one by one: it then waits for one round of parallel builds, not one build after another.
     A build that fails here is left for the cross-check to report."""
-    jobs = []
     for name in REGISTRY.names:
         backend = REGISTRY.get(name)
         many = None if REGISTRY.availability(name) else parallel_prepare(backend)
-        if many is not None:
-            jobs += [(many, p, backend.default_config(p)) for p in problems
-                     if backend.supports(p) is None]
-    with ThreadPoolExecutor(max_workers=max(1, min(len(jobs), os.cpu_count() or 1))) as pool:
-        done = [pool.submit(many, p, [config], 1) for many, p, config in jobs]
-    for future in done:
-        future.exception()
+        jobs = [(p, backend.default_config(p)) for p in problems
+                if many is not None and backend.supports(p) is None]
+        if jobs:
+            try:
+                many(jobs)
+            except Exception:  # noqa: BLE001 - each failure is reported by the cross-check
+                pass
 
 
 def crosscheck_call(call: Call, backends: tuple[str, ...] | None = None, *,

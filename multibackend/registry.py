@@ -73,8 +73,8 @@ class Registry:
 
 
 def parallel_prepare(backend: object) -> Callable | None:
-    """The backend's parallel compile, ``prepare_many(problem, configs, max_workers)`` ->
-    the configs that built, offered on the object or its module; None when it has none."""
+    """The backend's parallel compile, ``prepare_many([(problem, config), ...], max_workers)``
+    -> the pairs that built, offered on the object or its module; None when it has none."""
     found = getattr(backend, "prepare_many", None)
     if found is None:
         found = getattr(sys.modules.get(type(backend).__module__), "prepare_many", None)

@@ -89,8 +89,8 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
                      reps: int = 50, flush_l2: bool = True,
                      max_seconds: float = 10.0) -> dict[Hashable, Timing]:
     """Time several calls against each other: :func:`time_gpu` for each, with their timed
-    runs interleaved one by one (every round runs each call once, starting one call further
-    on than the last round), so all of them see the same clock and temperature. On a GPU at
+    runs interleaved one by one (every round runs each call once, in the orders of
+    :func:`rotations`), so all of them see the same clock and temperature. On a GPU at
     its power limit the clock follows what ran in the last milliseconds; calls timed one
     after another would each be timed at a different clock.
 

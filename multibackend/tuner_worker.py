@@ -245,8 +245,8 @@ class _Worker:
             self.send("begin", ("compile", index, name))
             configs = [Config.from_dict(item.config) for item in mine]
             try:
-                built = {c.name for c in compile_many(call.problem, configs,
-                                                      self.job.max_workers)}
+                built = {c.name for _, c in compile_many([(call.problem, c) for c in configs],
+                                                         self.job.max_workers)}
                 why = "raised: compile failed in the parallel build"
             except Exception as exc:
                 built = set()

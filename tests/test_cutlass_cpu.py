@@ -316,3 +316,52 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     assert isinstance(library.gemm, ctypes._CFuncPtr)
     assert os.listdir(workdir) == []
     assert tempfile.tempdir == tempdir_before
+
+
+def test_prepare_many_builds_every_pair_at_once_and_returns_those_that_built(monkeypatch):
+    calls = []
+
+    def fake_build_many(builds, max_workers=None):
+        calls.append((len(builds), max_workers))
+        return [tmp for tmp in (f"lib{i}.so" for i in range(len(builds) - 1))] + [
+            RuntimeError("nvcc failed")]
+    monkeypatch.setattr(cutlass_build, "build_many", fake_build_many)
+    f16, bf16 = synthetic(256, 512, 128, "float16"), synthetic(33, 17, 9, "bfloat16")
+    jobs = [(f16, BACKEND.default_config(f16)), (bf16, BACKEND.default_config(bf16))]
+    assert backend_module.prepare_many(jobs, 3) == jobs[:1]
+    assert calls == [(2, 3)]  # one parallel build of both kernels
+    with pytest.raises(RuntimeError, match="nvcc failed"):
+        backend_module.prepare_many(jobs[1:])
+
+
+def test_check_prebuilds_every_problem_in_one_parallel_build(monkeypatch):
+    import importlib
+
+    crosscheck = importlib.import_module("multibackend.crosscheck")  # the module, not the call
+    asked = []
+
+    class Parallel:
+        def default_config(self, problem):
+            return Config.of("default")
+
+        def supports(self, problem):
+            return None if problem.k > 1 else "refused"
+
+        def prepare_many(self, jobs, max_workers=None):
+            asked.append(jobs)
+            raise RuntimeError("left for the cross-check to report")
+
+    class Registry:
+        names = ("parallel", "plain")
+
+        def get(self, name):
+            return Parallel() if name == "parallel" else object()
+
+        def availability(self, name):
+            return None
+
+    monkeypatch.setattr(crosscheck, "REGISTRY", Registry())
+    problems = [synthetic(8, 8, 8, "float16"), synthetic(8, 8, 1, "float16"),
+                synthetic(16, 8, 8, "float16")]
+    crosscheck.prebuild(problems)
+    assert [[p for p, _ in jobs] for jobs in asked] == [[problems[0], problems[2]]]

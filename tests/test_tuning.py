@@ -169,8 +169,8 @@ class FakeBackend:
 class FakeBatchCompiler(FakeBackend):
     """A backend with a parallel compile that builds only its first config."""
 
-    def prepare_many(self, problem, configs, max_workers=None):
-        return configs[:1]
+    def prepare_many(self, jobs, max_workers=None):
+        return jobs[:1]
 
 
 class FakeRegistry:

@@ -201,7 +201,8 @@ def test_every_tuning_candidate_is_correct(dtype):
         configs += [config, *BACKEND.variants(problem, config)]
     assert any(c.get("swizzle") == 8 for c in configs)
     assert {"m", "n"} <= {c.get("raster") for c in configs}
-    assert backend_module.prepare_many(problem, configs) == configs
+    jobs = [(problem, config) for config in configs]
+    assert backend_module.prepare_many(jobs) == jobs
     for config in configs:
         d = _run(problem, a, b, None, 1.0, 0.0, config)
         _check(problem, a, b, None, d, 1.0, 0.0)
@@ -219,7 +220,7 @@ def test_stream_k_kernel_with_c_and_every_decomposition(decomposition):
     kernel = next(x for x in BACKEND.configs(problem) if x.name == EXTRA_KERNELS[0])
     config = Config(f"{kernel.name}_{decomposition}", tuple(sorted(
         {**dict(kernel.params), "decomposition": decomposition}.items())))
-    assert backend_module.prepare_many(problem, [kernel]) == [kernel]
+    assert backend_module.prepare_many([(problem, kernel)]) == [(problem, kernel)]
     d = _run(problem, a, b, c, 1.5, -0.5, config)
     _check(problem, a, b, c, d, 1.5, -0.5)
 
