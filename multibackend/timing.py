@@ -1,14 +1,25 @@
 """The one timing utility every benchmark, cross-check and tuning run uses.
 
-GPU time is measured with CUDA events around each run, after warm-up runs, and summarized by
-the median of many runs. Before each timed run the L2 cache is flushed by writing a buffer
-larger than it (outside the timed region), so small problems are not flattered by operands
-left in cache from the previous run. Then the GPU is held busy (a spin kernel lasting well
-beyond one call's host time) while the host queues the start event, the call and the end
-event, so the events measure the GPU's work and not the host's launch overhead. Host overhead
-(calls per second of the Python entry point) is measured separately with
-:func:`host_calls_per_second`. Calls compared with each other (a backend and its baseline)
-are timed by :func:`time_interleaved`, their runs alternating, so drift treats them alike.
+GPU time is measured with CUDA events, after warm-up runs, and summarized by the median of
+many runs. Calls compared with each other (a backend and its baseline) are timed by
+:func:`time_interleaved`, their runs alternating, so drift treats them alike. Three modes say
+what a figure includes:
+
+- ``eager``: back-to-back calls, host included — what an eager user sees. Each sample times a
+  burst of consecutive calls between two events (the GPU idle at its start), per call.
+  Inputs are not flushed from L2 between the calls of a burst, as in a real loop.
+- ``graph``: the calls captured in a CUDA graph once (after warm-up) and the graph replayed —
+  what a deployment that captures graphs sees: kernel time only. The calls must launch on
+  torch's current stream when called (the public ``matmul`` does).
+- ``kernel``: the call run directly, its host time hidden: the GPU is held busy (a spin kernel
+  lasting well beyond one call's host time) while the host queues the start event, the call
+  and the end event. For internal ranking of raw launches that are not captured (autotuning,
+  the cross-check).
+
+In ``graph`` and ``kernel`` modes the L2 cache is flushed before each timed run by writing a
+buffer larger than it (outside the timed region), so small problems are not flattered by
+operands left in cache. Host overhead (calls per second of the Python entry point) is measured
+with :func:`host_calls_per_second`.
 """
 from __future__ import annotations
 
@@ -21,6 +32,11 @@ from typing import Callable, Hashable
 _FLUSH = {}
 #: seconds the spin kernel outlasts three host calls by
 SPIN_MARGIN_S = 50e-6
+#: the modes reported figures are in (see the module docstring), and the internal one
+MODES = ("eager", "graph")
+ALL_MODES = MODES + ("kernel",)
+#: an eager sample is a burst of back-to-back calls lasting about this long (at least 5 calls)
+EAGER_BURST_S = 2e-3
 
 
 @dataclass(frozen=True)
@@ -75,19 +91,35 @@ def _quantile(values: list[float], q: float) -> float:
 
 
 def time_gpu(fn: Callable[[], object], *, warmup: int = 5, reps: int = 50,
-             flush_l2: bool = True, max_seconds: float = 10.0) -> Timing:
+             flush_l2: bool = True, max_seconds: float = 10.0, mode: str = "kernel") -> Timing:
     """Time ``fn`` (which launches GPU work on torch's current stream) with CUDA events.
 
     ``warmup`` untimed runs, then up to ``reps`` timed runs (fewer if they would exceed
-    ``max_seconds``), each preceded by an L2 flush when ``flush_l2``.
+    ``max_seconds``), each preceded by an L2 flush when ``flush_l2`` (not in eager mode).
     """
     return time_interleaved({None: fn}, warmup=warmup, reps=reps, flush_l2=flush_l2,
-                            max_seconds=max_seconds)[None]
+                            max_seconds=max_seconds, mode=mode)[None]
+
+
+def check_mode(mode: str) -> str:
+    if mode not in ALL_MODES:
+        raise ValueError(f"timing mode is {mode!r}: expected one of {', '.join(ALL_MODES)}")
+    return mode
+
+
+def _capture(fn: Callable[[], object]):
+    """A CUDA graph of one call of ``fn`` (warmed up already), ready to replay."""
+    import torch
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
 
 
 def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int = 5,
-                     reps: int = 50, flush_l2: bool = True,
-                     max_seconds: float = 10.0) -> dict[Hashable, Timing]:
+                     reps: int = 50, flush_l2: bool = True, max_seconds: float = 10.0,
+                     mode: str = "kernel") -> dict[Hashable, Timing]:
     """Time several calls against each other: :func:`time_gpu` for each, with their timed
     runs interleaved one by one (every round runs each call once, in the orders of
     :func:`rotations`), so all of them see the same clock and temperature. On a GPU at
@@ -95,13 +127,15 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
     after another would each be timed at a different clock.
 
     ``reps`` timed runs of each (fewer if all of them together would exceed
-    ``max_seconds``)."""
+    ``max_seconds``), in ``mode`` (see the module docstring)."""
     import torch
 
+    check_mode(mode)
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream()
     names = list(fns)
-    spins, total_single = {}, 0.0
+    spins, bursts, total_single = {}, {}, 0.0
+    runs = dict(fns)
     for name in names:
         fn = fns[name]
         for _ in range(warmup):
@@ -110,28 +144,40 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
         start_probe = time.perf_counter()
         fn()
         stream.synchronize()
-        total_single += time.perf_counter() - start_probe
+        single = time.perf_counter() - start_probe
+        if mode == "graph":
+            runs[name] = _capture(fn)
+        host = _host_seconds(runs[name], stream)
+        # eager: enough calls that a burst outlasts the start event's latency many times over
+        bursts[name] = max(5, int(EAGER_BURST_S / max(single, host, 1e-7))) \
+            if mode == "eager" else 1
+        total_single += single * bursts[name]
         # the fastest of three host calls, with room for a slower one: a spin that ends
         # before the host has queued the call would time the host's launch as GPU work
-        spins[name] = int((3 * _host_seconds(fn, stream) + SPIN_MARGIN_S) * _clock_hz(device))
+        spins[name] = int((3 * host + SPIN_MARGIN_S) * _clock_hz(device))
     reps = max(3, min(reps, int(max_seconds / max(total_single, 1e-6))))
-    flush = _flush_buffer(device) if flush_l2 else None
+    flush = _flush_buffer(device) if flush_l2 and mode != "eager" else None
     events: dict[Hashable, list] = {name: [] for name in names}
     for order in rotations(names, reps):
         for name in order:
             if flush is not None:
                 flush.fill_(reps)
-            torch.cuda._sleep(spins[name])
+            if mode == "eager":
+                stream.synchronize()  # the burst starts on an idle GPU, as a user's loop does
+            else:
+                torch.cuda._sleep(spins[name])
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
+            run = runs[name]
             start.record(stream)
-            fns[name]()
+            for _ in range(bursts[name]):
+                run()
             end.record(stream)
-            events[name].append((start, end))
+            events[name].append((start, end, bursts[name]))
     stream.synchronize()
     timings = {}
-    for name, pairs in events.items():
-        times = [s.elapsed_time(e) for s, e in pairs]
+    for name, triples in events.items():
+        times = [s.elapsed_time(e) / n for s, e, n in triples]
         timings[name] = Timing(statistics.median(times), min(times), _quantile(times, 0.2),
                                _quantile(times, 0.8), len(times))
     return timings
