@@ -83,8 +83,6 @@ class Backend(abc.ABC):
     """One way of running matmul/dot. Subclasses fill in ``name`` and ``capability``."""
 
     name: str = ""
-    #: whether ``backend="auto"`` may choose this backend by heuristic (a baseline may not)
-    ranked: bool = True
     #: whether ``run`` takes 2-D operands for a matmul of batch 1 (see :class:`Operands`):
     #: a remembered call then launches on the caller's arrays without making 3-D views
     takes_matrices: bool = False
@@ -114,6 +112,11 @@ class Backend(abc.ABC):
 
     def prepare(self, problem: Problem, config: Config) -> None:
         """Compile or load what ``run`` needs; a no-op by default."""
+
+    def built(self, problem: Problem, config: Config) -> bool:
+        """Whether :meth:`prepare` takes seconds at most (nothing to build, or a build found
+        in the cache): first-call autotuning leaves out candidates that would take longer."""
+        return True
 
     @abc.abstractmethod
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:

@@ -1,32 +1,37 @@
-"""cuBLAS, the vendor baseline every comparison is measured against.
+"""cuBLAS as a user reaches it: torch's own GEMM path, the baseline every figure is measured by.
 
-f16, bf16, f32 (ieee and tf32) and f64 call ``cublasGemmStridedBatchedEx`` through CuPy's
-cuBLAS bindings on CuPy's cuBLAS handle, with tensor-core compute types (32F for 16-bit
-inputs, 32F_FAST_TF32 for tf32, 32F for ieee float32, 64F for float64) — not ``cupy.matmul``,
-whose float16 path does not reach the tensor cores. Row-major D = A @ B is computed as the
-column-major D^T = B^T A^T, so row- and column-major A and B run without copies; C is copied
-into D first and scaled by beta inside the GEMM. int8 and fp8 need cuBLASLt, which CuPy does
-not bind: they go through torch (``torch._int_mm``, ``torch._scaled_mm``), which calls it.
-Dot: ``cupy.dot`` for f32 and f64 (cuBLAS returns f16/bf16 dots rounded to the input type,
-while multibackend's dot returns float32, so those are not offered).
+A user who does not use multibackend calls ``torch.matmul``; that is the yardstick, so this
+backend calls what it calls — cuBLAS/cuBLASLt through torch's ops, with the heuristics, the
+workspace and the host cost they come with:
 
-This backend is never chosen by the heuristic: ``backend="cublas"`` names it, and the tuning
-table may pick it where it is the fastest.
+- f16, bf16, f32 and f64: ``torch.mm`` / ``torch.addmm`` for one matrix, ``torch.bmm`` /
+  ``torch.baddbmm`` for a batch, alpha and beta passed to the op (C fused as cuBLAS's beta
+  term); float32 runs with torch's cuBLAS TF32 switch set to the problem's precision for the
+  call ("ieee" off, "tf32" on) and restored after;
+- int8: ``torch._int_mm`` (cuBLASLt int8, int32 out; M > 16 and K, N multiples of 8);
+- fp8: ``torch._scaled_mm`` with unit scales (cuBLASLt fp8);
+- dot: ``torch.dot`` for f32 and f64 (its f16/bf16 dots round to the input type, while
+  multibackend's dot returns float32, so those are not offered).
+
+Row- and column-major operands and strided views are handed to torch as they are: its ops
+take transposed operands without copies (and copy what cuBLAS cannot take, as torch.matmul
+would). A remembered call of a torch caller launches through :meth:`CublasBackend.produce`:
+the op itself, making D as ``torch.matmul`` does, with nothing in between.
+
+This backend is never chosen by the ranked heuristic's search for a faster kernel: it is what
+``auto`` falls back to, and the tuning table may pick it where it is the fastest.
 """
 from __future__ import annotations
 
-from multibackend.arrays import cupy_stream
+import contextlib
+from typing import Any, Callable
+
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
 
-#: cudaDataType and cublasComputeType numbers for the GEMMs called through CuPy
-_DATA_TYPE = {"float16": 2, "bfloat16": 14, "float32": 0, "float64": 1}
-_COMPUTE = {"float16": 68, "bfloat16": 68, "float64": 70}
-_COMPUTE_F32 = {"ieee": 68, "tf32": 77}
-_SCALAR = {"float16": "float32", "bfloat16": "float32", "float32": "float32", "float64": "float64"}
-_OP_N, _OP_T = 0, 1
-_GEMM_DEFAULT = -1
+#: the input dtypes torch.mm and friends serve with D of the input's dtype
+FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
@@ -42,19 +47,13 @@ def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
     return None
 
 
-_RC = ("row", "col")
-
-
 def _capability() -> Capability:
     floats = ("float16", "bfloat16", "float32")
     rules = (
-        DtypeRule("float16", accs=("float32",), outs=("float16",), a_layouts=_RC, b_layouts=_RC),
-        DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16",), min_cc=(8, 0),
-                  a_layouts=_RC, b_layouts=_RC),
-        DtypeRule("float32", accs=("float32",), outs=("float32",), precisions=("ieee", "tf32"),
-                  a_layouts=_RC, b_layouts=_RC),
-        DtypeRule("float64", accs=("float64",), outs=("float64",), a_layouts=_RC,
-                  b_layouts=_RC),
+        DtypeRule("float16", accs=("float32",), outs=("float16",)),
+        DtypeRule("bfloat16", accs=("float32",), outs=("bfloat16",), min_cc=(8, 0)),
+        DtypeRule("float32", accs=("float32",), outs=("float32",), precisions=("ieee", "tf32")),
+        DtypeRule("float64", accs=("float64",), outs=("float64",)),
         DtypeRule("int8", accs=("int32",), outs=("int32",), min_cc=(7, 5),
                   a_layouts=("row",), b_layouts=("row", "col")),
         DtypeRule("float8_e4m3fn", accs=("float32",), outs=floats, min_cc=(8, 9),
@@ -67,9 +66,32 @@ def _capability() -> Capability:
     return Capability("cublas", rules, extra_checks=(_int_mm_rule,))
 
 
+@contextlib.contextmanager
+def _tf32(allowed: bool):
+    """torch's cuBLAS TF32 switch set to ``allowed`` for the body (untouched when it is)."""
+    import torch
+
+    before = torch._C._get_cublas_allow_tf32()
+    if before == allowed:
+        yield
+        return
+    torch._C._set_cublas_allow_tf32(allowed)
+    try:
+        yield
+    finally:
+        torch._C._set_cublas_allow_tf32(before)
+
+
+def _as_batch(t: Any, batch: int) -> Any:
+    """A 3-D (batch, rows, cols) view of a 2-D or 3-D operand (broadcast, no copy)."""
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    return t if t.shape[0] == batch else t.expand(batch, *t.shape[1:])
+
+
 class CublasBackend(Backend):
     name = "cublas"
-    ranked = False
+    takes_matrices = True
 
     def __init__(self) -> None:
         self._capability = _capability()
@@ -80,88 +102,96 @@ class CublasBackend(Backend):
 
     def available(self) -> Reason | None:
         try:
-            import cupy
             import torch
         except Exception as exc:
-            return self.unavailable("import", f"cupy/torch not importable: {exc}")
+            return self.unavailable("import", f"torch not importable: {exc}")
         if not torch.cuda.is_available():
             return self.unavailable("environment", "no CUDA GPU visible")
-        try:
-            cupy.cuda.runtime.getDeviceCount()
-        except Exception as exc:
-            return self.unavailable("environment", f"CuPy cannot reach the GPU: {exc}")
         return None
 
     def versions(self) -> dict[str, str]:
-        import cupy
+        import torch
 
-        return {"cupy": cupy.__version__, "cublas": str(cupy.cuda.cublas.getVersion(
-            cupy.cuda.device.get_cublas_handle()))}
+        return {"torch": torch.__version__, "cublas": str(torch.backends.cuda.cublas_version())
+                if hasattr(torch.backends.cuda, "cublas_version") else "unknown"}
 
     def configs(self, problem: Problem) -> list[Config]:
         return [Config.of("default")]
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
         if problem.op == "dot":
-            self._dot(operands)
+            import torch
+
+            torch.dot(operands.a, operands.b, out=operands.d.view(()))
             return
-        self._product(problem, operands, operands.d)
+        ops = operands
+        if problem.in_dtype in FLOATS:
+            with _tf32(problem.precision == "tf32"):
+                self._float(problem, ops.a, ops.b, ops.c if problem.has_c else None, ops.d,
+                            ops.alpha, ops.beta)
+            return
+        self._lt(problem, ops)
 
-    def _gemm(self, problem: Problem, ops: Operands, d) -> None:
-        """D = alpha * A @ B (+ beta * D, D holding C) through cublasGemmStridedBatchedEx."""
-        import numpy as np
-        from cupy.cuda import cublas, device
-
-        dtype = problem.in_dtype
-        scalar = _SCALAR[dtype]
-        alpha = np.array(ops.alpha, dtype=scalar)
-        beta = np.array(ops.beta if problem.has_c else 0, dtype=scalar)
-        compute = (_COMPUTE_F32[problem.precision] if dtype == "float32" else _COMPUTE[dtype])
-        a, b = problem.a, problem.b
-        handle = device.get_cublas_handle()
-        kind = _DATA_TYPE[dtype]
-        previous = cublas.getStream(handle)
-        cublas.setStream(handle, ops.stream)
-        try:
-            cublas.gemmStridedBatchedEx(
-                handle, _OP_N if b.layout == "row" else _OP_T,
-                _OP_N if a.layout == "row" else _OP_T,
-                problem.n, problem.m, problem.k, alpha.ctypes.data,
-                ops.b.data_ptr(), kind, b.ld, b.batch_stride,
-                ops.a.data_ptr(), kind, a.ld, a.batch_stride,
-                beta.ctypes.data, d.data_ptr(), kind, problem.n, problem.m * problem.n,
-                problem.batch, compute, _GEMM_DEFAULT)
-        finally:
-            cublas.setStream(handle, previous)
-
-    def _product(self, problem: Problem, ops: Operands, d) -> None:
-        """Write alpha * A @ B + beta * C into D."""
+    @staticmethod
+    def _float(problem: Problem, a: Any, b: Any, c: Any, d: Any, alpha: float,
+               beta: float) -> None:
+        """D = alpha * A @ B + beta * C through mm/addmm (matrices) or bmm/baddbmm."""
         import torch
 
-        dtype = problem.in_dtype
-        if dtype in _DATA_TYPE:
-            if problem.has_c:
-                d.copy_(ops.c)
-            self._gemm(problem, ops, d)
+        if a.dim() == b.dim() == d.dim() == 2 and (c is None or c.dim() == 2):
+            if c is not None:
+                torch.addmm(c, a, b, beta=beta, alpha=alpha, out=d)
+            elif alpha != 1:  # beta = 0: torch ignores the input, NaN in D included
+                torch.addmm(d, a, b, beta=0, alpha=alpha, out=d)
+            else:
+                torch.mm(a, b, out=d)
             return
-        if dtype == "int8":
-            for i in range(problem.batch):
-                torch._int_mm(ops.a[i], ops.b[i], out=d[i])
+        batch = problem.batch
+        a3, b3 = _as_batch(a, batch), _as_batch(b, batch)
+        d3 = d if d.dim() == 3 else d.unsqueeze(0)
+        if c is not None:
+            torch.baddbmm(_as_batch(c, batch), a3, b3, beta=beta, alpha=alpha, out=d3)
+        elif alpha != 1:
+            torch.baddbmm(d3, a3, b3, beta=0, alpha=alpha, out=d3)
         else:
-            one = torch.ones((), dtype=torch.float32, device=ops.a.device)
-            d[0].copy_(torch._scaled_mm(ops.a[0], ops.b[0], scale_a=one, scale_b=one,
+            torch.bmm(a3, b3, out=d3)
+
+    @staticmethod
+    def _lt(problem: Problem, ops: Operands) -> None:
+        """int8 and fp8 through cuBLASLt's torch ops, alpha and beta applied after."""
+        import torch
+
+        batch = problem.batch
+        a, b = _as_batch(ops.a, batch), _as_batch(ops.b, batch)
+        d = ops.d if ops.d.dim() == 3 else ops.d.unsqueeze(0)
+        if problem.in_dtype == "int8":
+            for i in range(batch):
+                torch._int_mm(a[i], b[i], out=d[i])
+        else:
+            one = torch.ones((), dtype=torch.float32, device=a.device)
+            d[0].copy_(torch._scaled_mm(a[0], b[0], scale_a=one, scale_b=one,
                                         out_dtype=d.dtype))
         if ops.alpha != 1:
             d.mul_(ops.alpha)
         if problem.has_c:
-            d.add_(ops.c, alpha=ops.beta)
+            d.add_(_as_batch(ops.c, batch), alpha=ops.beta)
 
-    def _dot(self, ops: Operands) -> None:
-        import cupy
+    def produce(self, problem: Problem, config: Config, alpha: float | int,
+                beta: float | int) -> Callable[[Any, Any, Any], Any] | None:
+        """The op that makes D for a remembered call of a torch caller, as a function of
+        (a, b, c) — 2-D arrays as the caller gave them, on torch's current stream — or None
+        where it takes more than one op (integer and fp8 products; float32, whose TF32
+        switch is set around the op; alpha without C, which needs D as addmm's input)."""
+        import torch
 
-        with cupy_stream(ops.stream, ops.a.device.index):
-            result = cupy.dot(cupy.from_dlpack(ops.a), cupy.from_dlpack(ops.b))
-            cupy.from_dlpack(ops.d)[0] = result
+        if problem.op != "matmul" or problem.in_dtype not in FLOATS or \
+                problem.in_dtype == "float32":
+            return None
+        if problem.has_c:
+            return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)
+        if alpha != 1:
+            return None
+        return lambda a, b, c: torch.mm(a, b)
 
 
 def create() -> Backend:

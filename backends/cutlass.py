@@ -199,6 +199,15 @@ class CutlassBackend(Backend):
         if last[0] is not problem or last[1] is not config:
             self._last = (problem, config, self._prepare(problem, config))
 
+    def built(self, problem: Problem, config: Config) -> bool:
+        """Whether the kernel's library is loaded or in the compile cache (nvcc takes tens
+        of seconds per kernel)."""
+        candidate = candidate_for(problem, config)
+        if candidate in self._libraries:
+            return True
+        key = cutlass_build.artifact_key(cutlass_emit.emit(candidate), candidate.arch)
+        return cutlass_build.cached_library(key) is not None
+
     def _prepare(self, problem: Problem, config: Config) -> _Prepared:
         key = (problem, config.name)
         found = self._prepared.get(key)

@@ -11,8 +11,8 @@ Importing this package imports no backend and touches no GPU; backends load on f
 """
 from .api import binary_matmul, dot, explain, matmul
 from .crosscheck import Report, crosscheck
-from .errors import (BackendUnavailable, CompileError, InvalidArgument, InvalidType,
-                     KernelRefused, MultibackendError, UnsupportedProblem)
+from .errors import (BackendUnavailable, CaptureError, CompileError, InvalidArgument,
+                     InvalidType, KernelRefused, MultibackendError, UnsupportedProblem)
 from .packing import pack_bits, pack_int4, unpack_bits, unpack_int4
 from .problem import Problem
 from .tuner import tune
@@ -24,5 +24,5 @@ __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
     "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits",
     "MultibackendError", "InvalidArgument", "InvalidType", "UnsupportedProblem",
-    "BackendUnavailable", "CompileError", "KernelRefused", "__version__",
+    "BackendUnavailable", "CaptureError", "CompileError", "KernelRefused", "__version__",
 ]

@@ -20,10 +20,11 @@ from typing import Any
 
 from multibackend.backends.base import Config
 
+from . import autotune as first_call
 from . import plans
-from .arrays import on_stream, to_kind
-from .dispatch import Decision, decide, verdict
-from .errors import InvalidArgument, UnsupportedProblem
+from .arrays import capturing, on_stream, to_kind
+from .dispatch import BASELINE, Decision, decide, verdict
+from .errors import CaptureError, InvalidArgument, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY
 from .request import Call, call_for, dot_call, matmul_call
@@ -94,7 +95,7 @@ def _resolve_config(call: Call, backend: str | None, config: Any):
 def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
            out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
            precision: str | None = None, saturate: bool = False, dtype: str | None = None,
-           backend: str | None = "auto", config: Any = None) -> Any:
+           backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """``D = alpha * A @ B + beta * C`` on the backend ``backend`` ("auto" by default).
 
     ``out_dtype``: D's dtype (default: A's for floats, int32 for integers, float32 for fp8).
@@ -102,9 +103,15 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     ``precision``: for float32 operands, "ieee" (default), "tf32" or "tf32x3".
     ``dtype``: "int4" or "uint4" when A and B are packed sub-byte operands (uint8 arrays
     packed along K, see :mod:`multibackend.packing`). ``beta`` defaults to 1 when C is given.
+    ``autotune``: first-call autotuning for ``backend="auto"`` (True or "eager", "graph";
+    None: ``$MULTIBACKEND_AUTOTUNE`` decides; see :mod:`multibackend.autotune`).
+
+    A call with new arguments plans (validates, dispatches, compiles, autotunes); a repeated
+    one only launches, and may be captured in a CUDA graph. A first call made while a graph
+    is being captured raises :class:`~multibackend.errors.CaptureError`.
     """
     options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
-               backend, config)
+               backend, config, autotune)
     fast = _planned(options, (A, B, C, out))
     if fast[0] is not None:
         return fast[0]
@@ -115,7 +122,14 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                        acc_dtype=acc_dtype, precision=precision, saturate=saturate,
                        packed=dtype)
-    return _dispatch_and_run(call, backend, config, fast[1])
+
+    def rerun(name: str, chosen: Any, into: Any) -> Any:
+        return matmul(A, B, C, alpha=alpha, beta=beta, out=into, out_dtype=out_dtype,
+                      acc_dtype=acc_dtype, precision=precision, saturate=saturate, dtype=dtype,
+                      backend=name, config=chosen)
+
+    matrices = out is None and call.squeeze and getattr(C, "ndim", 2) == 2
+    return _dispatch_and_run(call, backend, config, fast[1], rerun, autotune, matrices)
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -159,31 +173,65 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
     return None, plan_key
 
 
+def _refuse_capture(call: Call) -> None:
+    """A call that must plan cannot run inside a CUDA graph capture: say how to fix it."""
+    if call.device.type == "cuda" and capturing(call.kind, call.device):
+        raise CaptureError(f"{call.problem.op}: first call for {call.problem.describe()} while "
+                           "a CUDA graph is being captured: a first call validates, "
+                           "dispatches, compiles or autotunes and allocates, none of which "
+                           "can be captured; call it once with the same arguments (shapes, "
+                           "strides, dtypes, options) before capturing")
+
+
+def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
+            autotune: Any) -> Decision:
+    """The decision for the call, after timing the backends first when first-call
+    autotuning asks for it."""
+    explicit = _resolve_config(call, backend, config)
+    mode = first_call.mode_of(autotune, call.problem.op) if backend in (None, "auto") else None
+    decision = decide(call.problem, backend, explicit, autotune=mode)
+    if decision.backend is None and mode is not None and rerun is not None:
+        accepted = [v.backend for v in decision.verdicts if v.accepted]
+        accepted.sort(key=lambda name: name != BASELINE)
+        entry = first_call.measure(call, accepted, mode, rerun, REGISTRY)
+        first_call.STORE.put(call.problem, mode, entry)
+        decision = decide(call.problem, backend, explicit, autotune=mode)
+    if decision.backend is None:  # autotuning asked for where it cannot measure
+        decision = decide(call.problem, backend, explicit)
+    return decision
+
+
 def _dispatch_and_run(call: Call, backend: str | None, config: Any,
-                      plan_key: tuple | None = None) -> Any:
+                      plan_key: tuple | None = None, rerun: Any = None, autotune: Any = None,
+                      matrices: bool = False) -> Any:
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     if _trivial(call):
         return _finish(call)
-    decision = decide(call.problem, backend, _resolve_config(call, backend, config))
+    _refuse_capture(call)
+    decision = _decide(call, backend, config, rerun, autotune)
     execute(call, decision)
     if plan_key is not None:
         plans.remember(plan_key, plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
-                                               call.operands.alpha, call.operands.beta))
+                                               call.operands.alpha, call.operands.beta,
+                                               matrices and call.kind == "torch"))
     return _finish(call)
 
 
 def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
-        config: Any = None) -> Any:
+        config: Any = None, autotune: Any = None) -> Any:
     """``x . y`` for 1-D vectors of one dtype (f16, bf16, f32, f64): a 0-d array in the
-    accumulator's dtype (float32, or float64 for float64 inputs)."""
-    fast = _planned(("dot", acc_dtype, backend, config), (x, y, None, None))
+    accumulator's dtype (float32, or float64 for float64 inputs). ``autotune`` as for
+    :func:`matmul`."""
+    fast = _planned(("dot", acc_dtype, backend, config, autotune), (x, y, None, None))
     if fast[0] is not None:
         return fast[0]
     call = dot_call(x, y, acc_dtype=acc_dtype)
-    if _trivial(call):
-        return _finish(call)
-    return _dispatch_and_run(call, backend, config, fast[1])
+
+    def rerun(name: str, chosen: Any, _into: Any) -> Any:
+        return dot(x, y, acc_dtype=acc_dtype, backend=name, config=chosen)
+
+    return _dispatch_and_run(call, backend, config, fast[1], rerun, autotune)
 
 
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",
@@ -193,9 +241,11 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
 
     With B None, A is taken to be a :class:`~multibackend.problem.Problem`. For a 1-D A and
     B the decision is dot's."""
+    autotune = kwargs.pop("autotune", None)
     problem = A if B is None and isinstance(A, Problem) else call_for(A, B, C, **kwargs).problem
+    mode = first_call.mode_of(autotune, problem.op) if backend in (None, "auto") else None
     try:
-        return decide(problem, backend)
+        return decide(problem, backend, autotune=mode)
     except UnsupportedProblem as exc:
         verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
         return Decision(problem, None, None, "none", str(exc), verdicts)

@@ -164,6 +164,19 @@ def caller_stream(kind: str, device: Any) -> int:
     return _torch_stream(device.index)
 
 
+def capturing(kind: str, device: Any) -> bool:
+    """Whether the caller's current stream (torch's, or CuPy's for CuPy callers) on
+    ``device`` is capturing a CUDA graph."""
+    if kind in ("cupy", "dlpack", "cai"):
+        import cupy
+
+        with cupy.cuda.Device(device.index):
+            return bool(cupy.cuda.get_current_stream().is_capturing())
+    torch = _torch()
+    with torch.cuda.device(device):
+        return bool(torch.cuda.is_current_stream_capturing())
+
+
 def is_current(stream: int, device: Any) -> bool:
     """Whether ``device`` is the current device and ``stream`` torch's current stream on it
     (always so on the host)."""

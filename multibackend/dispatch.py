@@ -9,12 +9,20 @@ Resolution order — the one place it is written:
 3. The tuning table (``MULTIBACKEND_TUNING`` or :func:`multibackend.load_tuning`): an exact
    entry for the problem's key, else the nearest tuned bucket (see
    :mod:`multibackend.tuning`), when its backend supports the problem here.
-4. The ranked heuristic: the first backend in :data:`HEURISTIC_ORDER` that is available and
-   supports the problem.
-5. Otherwise an error listing every backend with the reason it was refused.
+4. First-call autotuning, when asked for (``autotune=`` or ``MULTIBACKEND_AUTOTUNE``, see
+   :mod:`multibackend.autotune`): the entry this machine measured before, else a
+   measurement now, on the call's operands (:func:`decide` answers with rule "autotune" and
+   no backend; the caller measures and asks again).
+5. The calibrated rule (:mod:`multibackend.calibration`): a backend that won every
+   measurement of this GPU family near the shape against torch.matmul.
+6. cuBLAS, as torch calls it: the baseline, which ``auto`` never does worse than.
+7. Where cuBLAS cannot run the problem (packed sub-byte operands, saturation, f16
+   accumulation, tf32x3...), the first backend in :data:`FALLBACK_ORDER` that is available
+   and supports it.
+8. Otherwise an error listing every backend with the reason it was refused.
 
-:func:`decide` returns a :class:`Decision` holding the choice, the rule that made it and every
-backend's verdict; ``explain()`` prints it.
+:func:`decide` returns a :class:`Decision` holding the choice, the rule that made it (with the
+figures behind it) and every backend's verdict; ``explain()`` prints it.
 """
 from __future__ import annotations
 
@@ -28,10 +36,10 @@ from .errors import UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY, Registry
 
-#: the ranked heuristic: our kernels first, Triton (autotuned, compiles in seconds) ahead of
-#: raw WMMA, CUTLASS (tens of seconds of nvcc on first use) after; cuBLAS is the baseline and
-#: the last resort.
-HEURISTIC_ORDER = ("triton", "raw_wmma", "cutlass", "cublas")
+BASELINE = "cublas"
+#: where cuBLAS cannot run a problem: Triton (autotuned, compiles in seconds) ahead of raw
+#: WMMA, CUTLASS (tens of seconds of nvcc on first use) after
+FALLBACK_ORDER = ("triton", "raw_wmma", "cutlass")
 ENV_BACKEND = "MULTIBACKEND_BACKEND"
 
 
@@ -115,8 +123,9 @@ def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdic
 
 
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,
-           registry: Registry = REGISTRY) -> Decision:
-    """Resolve the backend for ``problem`` in the order of this module's docstring."""
+           registry: Registry = REGISTRY, autotune: str | None = None) -> Decision:
+    """Resolve the backend for ``problem`` in the order of this module's docstring;
+    ``autotune`` is first-call autotuning's timing mode (None: off)."""
     verdicts = tuple(verdict(problem, name, registry) for name in registry.names)
     if backend not in (None, "auto"):
         return _choose_named(problem, backend, "explicit", verdicts, config, registry)
@@ -124,19 +133,42 @@ def decide(problem: Problem, backend: str | None = None, config: Config | None =
     if env and env != "auto":
         return _choose_named(problem, env, "environment", verdicts, config, registry)
     accepted = {v.backend for v in verdicts if v.accepted}
-    from . import tuning
+    from . import autotune as first_call
+    from . import calibration, tuning
 
     hit = tuning.lookup(problem)
     if hit is not None and hit.backend in accepted:
         return Decision(problem, hit.backend, hit.config, "tuning-table", hit.detail, verdicts)
-    for name in HEURISTIC_ORDER:
+    aside = f" (tuning table's {hit.backend} cannot run it here)" if hit is not None else ""
+    if autotune is not None:
+        entry = first_call.STORE.get(problem, autotune)
+        if entry is not None and entry["backend"] in accepted:
+            return Decision(problem, entry["backend"], Config.from_dict(entry["config"]),
+                            "autotune", first_call.describe(entry) + aside, verdicts)
+        return Decision(problem, None, None, "autotune",
+                        f"not measured yet: the first call times every supporting backend "
+                        f"in {autotune} mode{aside}", verdicts)
+    advice = calibration.advise(problem)
+    if advice.backend is not None and advice.backend in accepted:
+        chosen = registry.get(advice.backend)
+        names = {c.name for c in chosen.configs(problem)}
+        config = advice.config if advice.config.name in names else \
+            chosen.default_config(problem)
+        if chosen.built(problem, config):
+            return Decision(problem, advice.backend, config, "calibrated",
+                            advice.detail + aside, verdicts)
+        aside += f" ({advice.backend} {config.name} is not built: multibackend tune builds it)"
+    if BASELINE in accepted:
+        return Decision(problem, BASELINE, registry.get(BASELINE).default_config(problem),
+                        "baseline", f"cuBLAS as torch calls it: {advice.detail}{aside}",
+                        verdicts)
+    for name in FALLBACK_ORDER:
         if name in accepted:
             chosen = registry.get(name)
-            detail = f"first available backend that supports it in {HEURISTIC_ORDER}"
-            if hit is not None:
-                detail += f" (tuning table's {hit.backend} cannot run it here)"
+            detail = (f"cuBLAS cannot run it; first available backend that supports it in "
+                      f"{FALLBACK_ORDER}{aside}")
             return Decision(problem, name, config or chosen.default_config(problem),
-                            "heuristic", detail, verdicts)
+                            "fallback", detail, verdicts)
     reasons = [v.reason for v in verdicts]
     listing = "; ".join(str(r) for r in reasons)
     raise UnsupportedProblem(f"{problem.op}: no backend can run {problem.describe()}: {listing}",

@@ -36,3 +36,8 @@ class CompileError(MultibackendError, RuntimeError):
 
 class KernelRefused(MultibackendError, RuntimeError):
     """A compiled kernel refused the arguments or failed to launch (nothing was written)."""
+
+
+class CaptureError(MultibackendError, RuntimeError):
+    """A call that must plan (validate, dispatch, compile, autotune, allocate caches) was made
+    while a CUDA graph is being captured, where none of that can run."""

@@ -20,6 +20,7 @@ from multibackend.backends.base import Operands
 
 from . import tuning
 from .arrays import caller_stream, is_current, on_stream, to_kind
+from .autotune import ENV_AUTOTUNE
 from .dispatch import ENV_BACKEND, Decision
 from .problem import Problem
 from .registry import REGISTRY
@@ -36,7 +37,9 @@ _UNBOUND = object()
 class Plan:
     """The outcome of validating and dispatching one kind of call. ``bound``: the backend's
     bound launch for these calls (:meth:`~multibackend.backends.base.Backend.bind`), asked
-    for after the plan's first run; None where it has none."""
+    for after the plan's first run; None where it has none. ``produce``: for a torch caller's
+    product of 2-D arrays (no ``out``), the backend's op that makes D itself, as the caller's
+    own torch call would (cuBLAS's ``torch.mm``), where it offers one."""
 
     problem: Problem
     decision: Decision
@@ -47,16 +50,24 @@ class Plan:
     backend: Any = None
     d_dtype: Any = None
     bound: Any = _UNBOUND
+    produce: Any = None
 
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
-           alpha: float | int, beta: float | int) -> "Plan":
+           alpha: float | int, beta: float | int, matrices: bool = False) -> "Plan":
+        """``matrices``: a torch caller's 2-D A, B (and C), no ``out``."""
         from . import dtypes
 
-        return cls(problem, decision, kind, squeeze, alpha, beta,
-                   REGISTRY.get(decision.backend), dtypes.torch_dtype(problem.d_dtype))
+        backend = REGISTRY.get(decision.backend)
+        produce = getattr(backend, "produce", None)
+        return cls(problem, decision, kind, squeeze, alpha, beta, backend,
+                   dtypes.torch_dtype(problem.d_dtype),
+                   produce=produce(problem, decision.config, alpha, beta)
+                   if matrices and produce is not None else None)
 
     def run(self, tensors: tuple) -> Any:
+        if self.produce is not None:  # torch's current stream and the arrays' device
+            return self.produce(tensors[0], tensors[1], tensors[2])
         a = tensors[0]
         device = a.device
         stream = caller_stream(self.kind, device)
@@ -137,7 +148,7 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
 #: the environment as os.environ holds it (encoded names and values), read directly on the
 #: hot path: os.environ.get encodes the name and decodes the value, a microsecond a name
 _ENVIRON = getattr(os.environ, "_data", None)
-_WATCHED = (ENV_BACKEND, tuning.ENV_TUNING)
+_WATCHED = (ENV_BACKEND, tuning.ENV_TUNING, ENV_AUTOTUNE)
 _WATCHED_KEYS = tuple(map(getattr(os.environ, "encodekey", str), _WATCHED))
 
 

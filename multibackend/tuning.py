@@ -163,6 +163,25 @@ def clear() -> None:
         _GENERATION[0] += 1
 
 
+def lead_text(entry: dict) -> str:
+    """An entry's winner against torch.matmul in words: its time, the baseline's, the ratio,
+    per timing mode where the entry records modes (a tuner's table records both)."""
+    timings = entry.get("timings_ms", {})
+    by_mode = timings if timings and all(isinstance(v, dict) for v in timings.values()) \
+        else {entry.get("mode", "kernel"): timings}
+    winner = f"{entry['backend']}:{entry['config']['name']}"
+    parts = []
+    for mode, figures in by_mode.items():
+        base = [ms for key, ms in figures.items() if key.startswith("cublas:")]
+        if winner in figures and base:
+            parts.append(f"{mode} {winner} {figures[winner] * 1e3:.1f} us vs torch.matmul "
+                         f"{min(base) * 1e3:.1f} us ({min(base) / figures[winner]:.2f}x)")
+    spread = entry.get("spread")
+    if spread is not None:
+        parts.append(f"spread {spread * 100:.1f}%")
+    return ", ".join(parts) or f"winner {winner}"
+
+
 def _distance(problem: Problem, entry: dict) -> float:
     return max(abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
                for a, b in ((problem.m, entry["m"]), (problem.n, entry["n"]),

@@ -1,0 +1,196 @@
+"""First-call autotuning: time every backend that can run a new shape once, keep the winner.
+
+Opt-in: ``MULTIBACKEND_AUTOTUNE=1`` (or ``eager``; ``graph`` to time calls replayed from a
+CUDA graph), or ``matmul(..., autotune=True)`` / ``autotune="graph"``. The first call of a
+shape that no tuning table answers then runs, on the caller's own operands:
+
+1. each supporting backend's shortlist — its default configuration (Triton's default times its
+   own tile shortlist first); CUTLASS only where its kernel is already built, since nvcc
+   takes tens of seconds a kernel (``multibackend tune`` builds them) — and cuBLAS as torch
+   calls it;
+2. each candidate once on poisoned output, checked against the float64 reference (a wrong
+   one is dropped with its reason);
+3. the survivors timed against each other through the public call, their runs alternated
+   (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
+
+The fastest wins only if it beats cuBLAS by more than cuBLAS's own measured spread; else
+cuBLAS keeps the shape. The entry, with every figure, is kept in memory and written to the
+user cache (``cache_dir("tuning")``, one file per GPU, driver and library versions; written
+atomically, a corrupt file rebuilt), so later processes reuse it and never time it again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from multibackend.backends.base import Config
+
+from . import cache, environment
+from .errors import InvalidArgument
+from .problem import Problem
+
+ENV_AUTOTUNE = "MULTIBACKEND_AUTOTUNE"
+BASELINE = "cublas"
+#: the smallest lead over cuBLAS that counts, whatever the measured spread
+MIN_SPREAD = 0.01
+REPS = 20
+MAX_SECONDS = 2.0
+_OFF = ("", "0", "off", "false", "no")
+_ON = {"1": "eager", "on": "eager", "true": "eager", "yes": "eager", "eager": "eager",
+       "graph": "graph"}
+
+
+def mode_of(autotune: Any, op: str = "matmul") -> str | None:
+    """The timing mode first-call autotuning runs in, or None when it is off: the
+    ``autotune`` argument (None: ``$MULTIBACKEND_AUTOTUNE`` decides)."""
+    if autotune is None:
+        value = os.environ.get(ENV_AUTOTUNE, "").strip().lower()
+        if value in _OFF:
+            return None
+        if value in _ON:
+            return _ON[value]
+        raise InvalidArgument(f"{op}: {ENV_AUTOTUNE} is {value!r}: expected 1, eager, graph "
+                              "or 0")
+    if autotune is False:
+        return None
+    if autotune is True:
+        return "eager"
+    if autotune in ("eager", "graph"):
+        return autotune
+    raise InvalidArgument(f"{op}: autotune is {autotune!r}: expected True, False, 'eager' or "
+                          "'graph'")
+
+
+class Store:
+    """The autotuned entries of this machine: in memory, and in one JSON file of the cache."""
+
+    def __init__(self, path: Path | None = None):
+        self._path = path
+        self._entries: dict[str, dict] | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        if self._path is None:
+            env = json.dumps(environment.fingerprint(), sort_keys=True)
+            self._path = cache.cache_dir("tuning") / f"autotune-{cache.digest(env)}.json"
+        return self._path
+
+    def _read(self) -> dict[str, dict]:
+        def whole(data: bytes) -> bool:
+            try:
+                return isinstance(json.loads(data).get("entries"), dict)
+            except (ValueError, AttributeError):
+                return False
+
+        data = cache.read_entry(self.path, whole)
+        return json.loads(data)["entries"] if data is not None else {}
+
+    def get(self, problem: Problem, mode: str) -> dict | None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            return self._entries.get(f"{mode}|{problem.key}")
+
+    def put(self, problem: Problem, mode: str, entry: dict) -> None:
+        """Keep ``entry`` and write the file again (merged with what other processes wrote)."""
+        with self._lock:
+            merged = self._read()
+            merged.update(self._entries or {})
+            merged[f"{mode}|{problem.key}"] = entry
+            self._entries = merged
+            table = {"format": 1, "environment": environment.fingerprint(), "entries": merged}
+            cache.atomic_write(self.path, (json.dumps(table, indent=1, sort_keys=True)
+                                           + "\n").encode())
+
+
+STORE = Store()
+
+
+def describe(entry: dict) -> str:
+    """The figures behind an autotuned choice, for ``explain()``."""
+    base = entry.get("baseline_ms")
+    parts = []
+    for name, ms in sorted(entry["timings_ms"].items(), key=lambda kv: kv[1]):
+        ratio = f" ({base / ms:.2f}x torch.matmul)" if base else ""
+        parts.append(f"{name} {ms * 1e3:.1f} us{ratio}")
+    text = (f"{entry['mode']} timing on the first call: " + ", ".join(parts)
+            + f"; a lead must exceed cuBLAS's spread {entry['spread'] * 100:.1f}%")
+    left_out = {**entry.get("skipped", {}), **entry.get("dropped", {})}
+    if left_out:
+        text += "; left out: " + "; ".join(f"{k}: {v}" for k, v in left_out.items())
+    return text
+
+
+def measure(call: Any, accepted: list[str], mode: str,
+            rerun: Callable[[str, Config, Any], Any], registry: Any) -> dict:
+    """Time ``accepted`` backends' shortlists on ``call``'s operands (through ``rerun``: the
+    public call with ``backend=name, config=config, out=out``) and return the entry."""
+    from . import reference
+    from .arrays import adapt
+    from .crosscheck import poison, reference_for
+    from .timing import time_interleaved
+
+    problem = call.problem
+    ref = reference_for(call)
+    runs: dict[str, Callable[[], Any]] = {}
+    configs: dict[str, Config] = {}
+    skipped: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    for name in accepted:
+        backend = registry.get(name)
+        config = backend.default_config(problem)
+        if not backend.built(problem, config):
+            skipped[name] = f"{config.name} is not built (multibackend tune builds it)"
+            continue
+        try:
+            out = _poisoned_out(call, poison)
+            result = rerun(name, config, out)
+            got = adapt(result, "D", problem.op).tensor
+            cmp = reference.compare(problem, got.reshape(call.operands.d.shape), ref)
+        except Exception as exc:  # a candidate that raises is left out, never chosen
+            dropped[name] = f"raised {type(exc).__name__}: {exc}"[:300]
+            continue
+        if not cmp.ok:
+            dropped[name] = f"wrong: {cmp.detail}"
+            continue
+        runs[name] = (lambda name=name, config=config: rerun(name, config, None))
+        configs[name] = config
+    if not runs:
+        raise InvalidArgument(f"{problem.op}: autotune found no backend that runs "
+                              f"{problem.describe()} correctly: {dropped or skipped}")
+    timings = time_interleaved(runs, mode=mode, reps=REPS, max_seconds=MAX_SECONDS)
+    winner = min(timings, key=lambda name: timings[name].median_ms)
+    base = timings.get(BASELINE)
+    spread = MIN_SPREAD
+    if base is not None:
+        spread = max(MIN_SPREAD, (base.p80_ms - base.p20_ms) / base.median_ms)
+        if timings[winner].median_ms * (1 + spread) > base.median_ms:
+            winner = BASELINE
+    return {
+        "backend": winner, "config": configs[winner].as_dict(), "mode": mode,
+        "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch,
+        "dtype": problem.in_dtype,
+        "timings_ms": {name: t.median_ms for name, t in timings.items()},
+        "baseline_ms": base.median_ms if base is not None else None, "spread": spread,
+        "skipped": skipped, "dropped": dropped,
+        "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _poisoned_out(call: Any, poison: Callable[[Any], None]) -> Any:
+    """A poisoned ``out`` for the call's result, in the caller's array kind (None for dot,
+    which takes no ``out``)."""
+    from .arrays import on_stream, to_kind
+
+    if call.problem.op == "dot":
+        return None
+    d = call.operands.d
+    with on_stream(call.operands.stream, call.device):
+        out = d.new_empty(d.shape[1:] if call.squeeze else d.shape)
+        poison(out)
+    return to_kind(out, call.kind)

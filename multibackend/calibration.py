@@ -1,0 +1,83 @@
+"""Untuned ``auto``'s shape-aware rule: measured ground, or cuBLAS.
+
+Without a tuning table, ``auto`` must not pick a backend slower than ``torch.matmul``. So it
+picks cuBLAS (torch's own path) unless the calibration data shipped with the package — tuning
+tables measured on a GPU of the same family (compute capability), against torch.matmul, in
+the tuner's timing modes (``multibackend/data/calibration-*.json``) — says otherwise near this
+shape: every calibration entry of the problem's family (op, dtypes, precision, layouts,
+batched or not) within a factor of :data:`RADIUS_FACTOR` in each of M, N and K must have been
+won by the same backend (the tuner lets a backend win only by more than the spread it
+measured), and there must be at least one. Then that backend runs with the nearest entry's
+config. Anywhere else the answer is cuBLAS: where nothing was measured, the rule does not
+guess.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from multibackend.backends.base import Config
+
+from . import tuning
+from .problem import Problem
+
+RADIUS_FACTOR = 2.0
+DATA_PACKAGE = "multibackend.data"
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What the calibration data says about one problem."""
+
+    backend: str | None  # None: no confident answer (cuBLAS)
+    config: Config | None
+    detail: str
+
+
+@functools.lru_cache(maxsize=8)
+def entries_for(cc: tuple[int, int] | None) -> tuple[tuple[str, dict], ...]:
+    """Every calibration entry measured on a GPU of compute capability ``cc``."""
+    if cc is None:
+        return ()
+    wanted = f"{cc[0]}.{cc[1]}"
+    found: list[tuple[str, dict]] = []
+    for item in sorted(resources.files(DATA_PACKAGE).iterdir(), key=lambda p: p.name):
+        if not (item.name.startswith("calibration-") and item.name.endswith(".json")):
+            continue
+        table = json.loads(item.read_text())
+        if str(table.get("environment", {}).get("cc")) != wanted:
+            continue
+        gpu = table["environment"].get("gpu")
+        found += [(f"{gpu}: {key}", entry) for key, entry in table["entries"].items()]
+    return tuple(found)
+
+
+def _distance(problem: Problem, entry: dict) -> float:
+    return max(abs(math.log2(a) - math.log2(b)) for a, b in
+               ((problem.m, entry["m"]), (problem.n, entry["n"]), (problem.k, entry["k"])))
+
+
+def advise(problem: Problem) -> Advice:
+    """The calibrated backend for ``problem``, or why there is none (see the docstring)."""
+    family = tuning.family(problem)
+    radius = math.log2(RADIUS_FACTOR)
+    near = sorted(((_distance(problem, e), key, e) for key, e in entries_for(problem.cc)
+                   if e.get("family") == family), key=lambda t: t[0])
+    near = [t for t in near if t[0] <= radius]
+    if not near:
+        return Advice(None, None, f"no calibration measurement of this GPU family within "
+                                  f"{RADIUS_FACTOR:g}x of the shape")
+    winners = {e["backend"] for _, _, e in near}
+    dist, key, nearest = near[0]
+    figures = tuning.lead_text(nearest)
+    if len(winners) > 1 or winners == {"cublas"}:
+        return Advice(None, None, f"{len(near)} calibration measurement(s) within "
+                                  f"{RADIUS_FACTOR:g}x won by {', '.join(sorted(winners))}; "
+                                  f"nearest {key} (log2 distance {dist:.2f}): {figures}")
+    return Advice(nearest["backend"], Config.from_dict(nearest["config"]),
+                  f"all {len(near)} calibration measurement(s) within {RADIUS_FACTOR:g}x won "
+                  f"by {nearest['backend']}; nearest {key} (log2 distance {dist:.2f}): "
+                  f"{figures}")
