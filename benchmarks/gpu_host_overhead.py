@@ -1,15 +1,18 @@
-"""Host time per call of a small GEMM, by layer: the library baselines, each backend's own
-``run`` and ``multibackend.matmul`` in front of it.
+"""Host time per repeated call of a small GEMM through every backend, for torch and CuPy
+callers, beside the call each would make instead (torch.matmul, cupy.matmul); and a large
+dot's rate beside torch.dot's.
 
 Run from the repository root on a machine with a GPU:
 
-    python3 benchmarks/gpu_host_overhead.py [--size 64] [--dtype float16] [--profile]
+    python3 benchmarks/gpu_host_overhead.py [--size 64] [--dtype float16] [--json out.json]
 
 For a problem this small every path is bound by the host, so calls per second measure the
 host's cost of one call (:func:`multibackend.timing.host_calls_per_second`, GPU work queued,
-the device synchronized at the end). Beside them: the kernel's own GPU time
-(:func:`multibackend.timing.time_gpu`). ``--profile`` prints where ``matmul(backend="auto")``
-spends its host time (cProfile, by internal time).
+the device synchronized at the end). The paths are measured in ``--rounds`` rounds, their
+order rotating, and each figure is the median over the rounds (the host's speed drifts).
+Every call is the public one as a user writes it (no ``out=``). The dot (n = ``--dot-n``) is
+timed in eager mode (back-to-back calls, host included) against torch.dot, alternated.
+``--profile`` prints where ``matmul(backend="auto")`` spends its host time (cProfile).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import argparse
 import cProfile
 import json
 import pstats
+import statistics
 import sys
 from pathlib import Path
 
@@ -27,9 +31,36 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--dtype", default="float16")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=0.3, help="per path and round")
+    p.add_argument("--dot-n", type=int, default=1 << 20)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--json", help="write the figures here")
     return p.parse_args()
+
+
+def _paths(a, b, kind: str) -> dict:
+    """Every call of one array kind: the library's own, then multibackend's per backend."""
+    import torch
+
+    import multibackend as mb
+    from multibackend.registry import REGISTRY
+
+    if kind == "torch":
+        paths = {"torch.matmul": lambda: torch.matmul(a, b)}
+    else:
+        import cupy
+
+        paths = {"cupy.matmul": lambda: cupy.matmul(a, b)}
+    for name in REGISTRY.names:
+        try:
+            mb.matmul(a, b, backend=name)
+        except mb.MultibackendError:
+            continue
+        paths[f"matmul(backend={name!r})"] = lambda name=name: mb.matmul(a, b, backend=name)
+    decision = mb.explain(a, b)
+    paths[f"matmul(auto) -> {decision.backend} by {decision.rule}"] = lambda: mb.matmul(a, b)
+    return paths
 
 
 def main() -> int:
@@ -38,59 +69,65 @@ def main() -> int:
 
     import multibackend as mb
     from multibackend import dtypes
-    from multibackend.registry import REGISTRY
-    from multibackend.request import matmul_call
-    from multibackend.timing import host_calls_per_second, time_gpu
+    from multibackend.timing import host_calls_per_second, rotations, time_interleaved
 
     size, sync = args.size, torch.cuda.synchronize
     gen = torch.Generator(device="cuda").manual_seed(0)
     tdtype = dtypes.torch_dtype(args.dtype)
     a = (torch.rand((size, size), generator=gen, device="cuda") * 2 - 1).to(tdtype)
     b = (torch.rand((size, size), generator=gen, device="cuda") * 2 - 1).to(tdtype)
-    d = torch.empty((size, size), dtype=tdtype, device="cuda")
-    paths = {"torch.matmul": lambda: torch.matmul(a, b, out=d)}
+    kinds = {"torch": (a, b)}
     try:
         import cupy
 
-        ca, cb = cupy.asarray(a), cupy.asarray(b)
-        paths["cupy.matmul"] = lambda: cupy.matmul(ca, cb)
+        kinds["cupy"] = (cupy.from_dlpack(a), cupy.from_dlpack(b))
     except ImportError:
         pass
-    call = matmul_call(a, b, out=d)
-    for name in REGISTRY.names:
-        backend = REGISTRY.get(name)
-        if backend is None or backend.supports(call.problem) is not None:
-            continue
-        config = mb.explain(a, b, backend=name).config
-        backend.prepare(call.problem, config)
-        paths[f"{name}.run [{config}]"] = (
-            lambda backend=backend, config=config:
-            backend.run(call.problem, call.operands, config))
-        paths[f"matmul(backend={name!r})"] = lambda name=name: mb.matmul(a, b, out=d,
-                                                                         backend=name)
-    decision = mb.explain(a, b)
-    paths[f"matmul(auto) -> {decision.backend} [{decision.config}] by {decision.rule}"] = (
-        lambda: mb.matmul(a, b, out=d))
+    paths = {(kind, name): fn for kind, (x, y) in kinds.items()
+             for name, fn in _paths(x, y, kind).items()}
+    samples: dict = {key: [] for key in paths}
+    for order in rotations(list(paths), args.rounds):
+        for key in order:
+            samples[key].append(1e6 / host_calls_per_second(paths[key], seconds=args.seconds,
+                                                            sync=sync))
+    device = torch.cuda.get_device_name()
+    print(f"{size}^3 {args.dtype} on {device}: host us per repeated call, median of "
+          f"{args.rounds} rounds")
     rows = []
-    print(f"{size}^3 {args.dtype} on {torch.cuda.get_device_name()}")
-    print(f"{'path':70s} {'host us/call':>12s} {'GPU us':>8s}")
-    for name, fn in paths.items():
-        per_call = 1e6 / host_calls_per_second(fn, sync=sync)
-        gpu = time_gpu(fn, flush_l2=False).median_ms * 1e3
-        rows.append({"path": name, "host_us": per_call, "gpu_us": gpu})
-        print(f"{name:70s} {per_call:12.1f} {gpu:8.2f}", flush=True)
+    for (kind, name), values in samples.items():
+        us = statistics.median(values)
+        rows.append({"caller": kind, "path": name, "host_us": us,
+                     "spread_us": max(values) - min(values)})
+        print(f"{kind:6s} {name:60s} {us:8.1f}  (spread {max(values) - min(values):.1f})")
+    x = (torch.rand(args.dot_n, generator=gen, device="cuda") * 2 - 1).to(tdtype)
+    y = (torch.rand(args.dot_n, generator=gen, device="cuda") * 2 - 1).to(tdtype)
+    dots = {"torch.dot": lambda: torch.dot(x, y)}
+    for name in ("auto", "triton", "raw_wmma"):
+        try:
+            mb.dot(x, y, backend=name)
+        except mb.MultibackendError:
+            continue
+        dots[f"dot(backend={name!r})"] = lambda name=name: mb.dot(x, y, backend=name)
+    timed = time_interleaved(dots, mode="eager", reps=30)
+    nbytes = 2 * args.dot_n * x.element_size()
+    dot_rows = []
+    print(f"dot n={args.dot_n} {args.dtype}, eager:")
+    for name, t in timed.items():
+        dot_rows.append({"path": name, "mode": "eager", "ms": t.median_ms,
+                         "gbps": t.gbps(nbytes)})
+        print(f"  {name:30s} {t.median_ms * 1e3:8.1f} us  {t.gbps(nbytes):8.1f} GB/s")
     if args.profile:
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(5000):
-            mb.matmul(a, b, out=d)
+            mb.matmul(a, b)
         profile.disable()
         sync()
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     if args.json:
         Path(args.json).write_text(json.dumps({"size": size, "dtype": args.dtype,
-                                               "device": torch.cuda.get_device_name(),
-                                               "rows": rows}, indent=1))
+                                               "device": device, "rows": rows,
+                                               "dot": dot_rows}, indent=1))
     return 0
 
 

@@ -72,10 +72,13 @@ def adapt(x: Any, name: str, op: str) -> Adapted:
     else:
         raise InvalidType(f"{op}: {name} is a {type(x).__name__}: expected an array (CuPy, "
                           "torch, NumPy, DLPack or __cuda_array_interface__)")
-    try:
-        name_of_dtype = dtypes.canonical(tensor.dtype, what=f"{op}: {name}'s dtype")
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from None
+    name_of_dtype = dtypes.of_array(tensor.dtype)
+    if name_of_dtype is None:
+        raise InvalidArgument(f"{op}: {name} is {tuple(tensor.shape)} "
+                              f"{str(tensor.dtype).replace('torch.', '')}: not a dtype "
+                              f"multibackend serves (arrays hold {', '.join(dtypes.ARRAY)}; "
+                              "packed bits go through pack_bits and binary_matmul, packed "
+                              "int4 through pack_int4)")
     return Adapted(tensor, kind, name_of_dtype)
 
 

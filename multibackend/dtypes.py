@@ -79,6 +79,23 @@ def canonical(dtype: object, *, what: str = "dtype") -> str:
     return text
 
 
+#: the dtypes an array may hold (sub-byte types only exist packed into uint8 arrays; a bool
+#: array is not a packed operand)
+ARRAY = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+         "int32", "int8", "uint8")
+
+
+def of_array(dtype: object) -> str | None:
+    """The canonical name of an array's element type (torch's, NumPy's or CuPy's), or None
+    when multibackend serves no array of that type."""
+    text = str(dtype)
+    for prefix in ("torch.", "dtype('", "<class 'numpy."):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.rstrip("')>").lower()
+    return text if text in ARRAY else None
+
+
 def get(name: str) -> DType:
     """The :class:`DType` record for a canonical name or alias."""
     return DTYPES[canonical(name)]

@@ -17,6 +17,8 @@ from .errors import InvalidArgument
 from .problem import PRECISIONS, Problem, interned, make_operand
 
 PACKED_PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
+MATMUL_INPUTS = tuple(d for d in dtypes.ARRAY if d != "int32")
+DOT_INPUTS = ("float16", "bfloat16", "float32", "float64")
 
 
 @dataclass
@@ -113,6 +115,9 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
             if named[name].dtype != "uint8":
                 raise InvalidArgument(f"{op}: {_desc(name, named[name])}: packed {packed} "
                                       "operands are uint8 arrays (see multibackend.packing)")
+    elif a.dtype not in MATMUL_INPUTS:
+        raise InvalidArgument(f"{op}: {_desc('A', a)}: not an input dtype of matmul (inputs: "
+                              f"{', '.join(MATMUL_INPUTS)}; int32 is an output dtype)")
     elif a.dtype != b.dtype:
         raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: A and B must have "
                               "the same dtype")
@@ -219,6 +224,9 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
             raise InvalidArgument(f"{op}: {name} is {_shape(v.tensor)}: rank {v.tensor.dim()}, "
                                   "but dot takes 1-D vectors")
     vx, vy = named["x"], named["y"]
+    if vx.dtype not in DOT_INPUTS:
+        raise InvalidArgument(f"{op}: {_desc('x', vx)}: not an input dtype of dot (inputs: "
+                              f"{', '.join(DOT_INPUTS)})")
     if vx.tensor.shape != vy.tensor.shape:
         raise InvalidArgument(f"{op}: {_desc('x', vx)} but {_desc('y', vy)}: lengths differ")
     if vx.dtype != vy.dtype:

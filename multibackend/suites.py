@@ -9,6 +9,11 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``odd``: sizes no tile divides: 1000^3, 4097x4095x4096, 333x777x999.
 - ``skinny``: one dimension tiny, the others large (GEMV-like and tall-thin products).
 - ``batched``: many small and medium products in one call.
+- ``validation``: shapes no committed table or calibration was tuned on, to score ``auto``
+  on: the projections of other model families than ``llm``'s (Qwen2.5-7B, Gemma-2-9B,
+  Phi-3-mini, Mistral-NeMo-12B) at M in {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096} (each
+  projection at three of them, every M at several projections), odd cubes and batched
+  products.
 """
 from __future__ import annotations
 
@@ -47,11 +52,43 @@ LLM_PROJECTIONS = {
 }
 LLM_TOKENS = (1, 16, 128, 2048, 8192)
 
+#: (N, K) of the validation suite's models (fused q/k/v and gate/up where the model fuses
+#: them): hidden size h, MLP width f, q and k/v widths
+VALIDATION_PROJECTIONS = {
+    "qwen2.5-7b": {"qkv": (4608, 3584), "o": (3584, 3584), "gate_up": (37888, 3584),
+                   "down": (3584, 18944)},
+    "gemma2-9b": {"q": (4096, 3584), "kv": (2048, 3584), "o": (3584, 4096),
+                  "gate": (14336, 3584), "down": (3584, 14336)},
+    "phi3-mini": {"qkv": (9216, 3072), "o": (3072, 3072), "gate_up": (16384, 3072),
+                  "down": (3072, 8192)},
+    "mistral-nemo-12b": {"q": (4096, 5120), "kv": (1024, 5120), "o": (5120, 4096),
+                         "gate": (14336, 5120), "down": (5120, 14336)},
+}
+VALIDATION_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 512, 4096)
+VALIDATION_PER_PROJECTION = 3
+VALIDATION_CUBES = (Shape(1, 777, 777, 777), Shape(1, 1200, 1200, 1200),
+                    Shape(1, 1999, 1999, 1999), Shape(1, 3000, 3000, 3000),
+                    Shape(1, 5003, 5003, 5003))
+VALIDATION_BATCHED = (Shape(16, 256, 256, 256), Shape(8, 1024, 1024, 1024),
+                      Shape(32, 128, 128, 4096), Shape(4, 2048, 2048, 512),
+                      Shape(12, 1024, 64, 1024))
+
 
 def _llm() -> tuple[Shape, ...]:
     pairs = list(dict.fromkeys(nk for model in LLM_PROJECTIONS.values()
                                for nk in model.values()))
     return tuple(Shape(1, m, n, k) for m in LLM_TOKENS for n, k in pairs)
+
+
+def _validation() -> tuple[Shape, ...]:
+    """Each projection at VALIDATION_PER_PROJECTION token counts, walking the token list so
+    that consecutive projections take the next ones (every M comes up several times)."""
+    pairs = list(dict.fromkeys(nk for model in VALIDATION_PROJECTIONS.values()
+                               for nk in model.values()))
+    tokens = VALIDATION_TOKENS
+    shapes = [Shape(1, tokens[(i * VALIDATION_PER_PROJECTION + j) % len(tokens)], n, k)
+              for i, (n, k) in enumerate(pairs) for j in range(VALIDATION_PER_PROJECTION)]
+    return tuple(shapes) + VALIDATION_CUBES + VALIDATION_BATCHED
 
 
 SUITES: dict[str, tuple[Shape, ...]] = {
@@ -62,6 +99,7 @@ SUITES: dict[str, tuple[Shape, ...]] = {
                Shape(1, 16384, 8, 4096), Shape(1, 8192, 8192, 16), Shape(1, 65536, 128, 128)),
     "batched": (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 2048, 2048, 2048),
                 Shape(128, 64, 64, 256)),
+    "validation": _validation(),
 }
 
 

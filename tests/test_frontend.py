@@ -116,6 +116,29 @@ def test_no_backend_error_lists_every_reason():
 
 
 # -- errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("make,pattern", [
+    (lambda: torch.ones((8, 8), dtype=torch.bool), r"A is \(8, 8\) bool: not a dtype"),
+    (lambda: np.ones((8, 8), dtype=np.bool_), r"A is \(8, 8\) bool: not a dtype"),
+    (lambda: torch.ones((8, 8), dtype=torch.int16), r"A is \(8, 8\) int16: not a dtype"),
+    (lambda: torch.ones((8, 8), dtype=torch.int64), r"A is \(8, 8\) int64: not a dtype"),
+    (lambda: torch.ones((8, 8), dtype=torch.complex64), r"complex64: not a dtype"),
+    (lambda: np.ones((8, 8), dtype=np.uint16), r"A is \(8, 8\) uint16: not a dtype"),
+    (lambda: torch.ones((8, 8), dtype=torch.int32), "int32: not an input dtype of matmul"),
+])
+def test_unserved_dtypes_are_invalid_arguments_naming_the_dtype(make, pattern):
+    with pytest.raises(InvalidArgument, match=pattern):
+        mb.matmul(make(), make())
+    with pytest.raises(InvalidArgument, match="pack_bits and binary_matmul|int32"):
+        mb.matmul(make(), make(), backend="cublas")
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int8, torch.int32])
+def test_dot_refuses_dtypes_it_does_not_serve(dtype):
+    x = torch.ones(16, dtype=dtype)
+    with pytest.raises(InvalidArgument, match=f"x is \\(16,\\) {str(dtype)[6:]}"):
+        mb.dot(x, x)
+
+
 @pytest.mark.parametrize("call,pattern", [
     (lambda: mb.matmul(f16(128, 64), f16(65, 32)),
      r"A is \(128, 64\) float16 but B is \(65, 32\) float16: inner dimensions differ"),

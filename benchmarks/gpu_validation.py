@@ -1,0 +1,172 @@
+"""``auto`` on shapes nothing was tuned on, against torch.matmul in the same run.
+
+Run from the repository root on a machine with a GPU:
+
+    python3 benchmarks/gpu_validation.py --out-dir benchmarks/results/<GPU> \\
+        [--suite validation] [--dtype float16 --dtype bfloat16] [--mode eager --mode graph] \\
+        [--member auto --member auto_autotune --member triton ...]
+
+For every problem of the suite (random non-zero operands, torch tensors) and every mode, the
+members are timed against each other with their runs alternated
+(:func:`multibackend.timing.time_interleaved`): ``torch`` (``torch.matmul(A, B)``), ``auto``
+(``multibackend.matmul(A, B)`` with no tuning table), ``auto_autotune`` (the same call with
+first-call autotuning in this mode: its first call, outside the timing, measures and keeps
+the winner) and any backend named with ``--member`` (``backend=<name>``). Each member's
+result is first checked against the float64 reference; a wrong member is reported and left
+out of the timing. ``eager`` times back-to-back calls, host included; ``graph`` replays the
+calls captured in a CUDA graph.
+
+Writes ``validation_<mode>.json`` (a list of rows ``{dtype, m, n, k, batch, mode, backend, ms,
+torch_ms}``, one per problem, mode and member, ``backend`` "torch" for torch.matmul itself)
+and prints per member the geometric mean of torch_ms / ms, the worst problem and how many
+fall below 0.95x; for ``auto_autotune``, the worst ratio to the fastest member of its problem.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+BASE = "torch"
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", default="validation")
+    p.add_argument("--dtype", action="append", dest="dtypes")
+    p.add_argument("--mode", action="append", dest="modes")
+    p.add_argument("--member", action="append", dest="members")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--max-seconds", type=float, default=1.5, help="per problem and mode")
+    p.add_argument("--limit", type=int, default=None, help="only the first N shapes")
+    p.add_argument("--out-dir", default=".")
+    return p.parse_args()
+
+
+def _operands(shape, dtype: str, seed: int):
+    import torch
+
+    from multibackend import dtypes
+
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    lead = (shape.batch,) if shape.batch > 1 else ()
+    tdtype = dtypes.torch_dtype(dtype)
+    a = (torch.rand(lead + (shape.m, shape.k), generator=gen, device="cuda") * 2 - 1)
+    b = (torch.rand((shape.k, shape.n), generator=gen, device="cuda") * 2 - 1)
+    return a.to(tdtype), b.to(tdtype)
+
+
+def _members(names: list[str], a, b, mode: str) -> dict:
+    import torch
+
+    import multibackend as mb
+
+    calls = {BASE: lambda: torch.matmul(a, b)}
+    for name in names:
+        if name == "auto":
+            calls[name] = lambda: mb.matmul(a, b)
+        elif name == "auto_autotune":
+            calls[name] = lambda: mb.matmul(a, b, autotune=mode)
+        else:
+            calls[name] = lambda name=name: mb.matmul(a, b, backend=name)
+    return calls
+
+
+def _checked(calls: dict, a, b, problem, notes: list) -> dict:
+    """The members whose result matches the float64 reference (the first call plans)."""
+    from multibackend import reference
+
+    ref = reference.reference_matmul(a, b)
+    kept = {}
+    for name, fn in calls.items():
+        try:
+            d = fn()
+            cmp = reference.compare(problem, d.reshape(ref.shape), ref)
+        except Exception as exc:  # a member that cannot run is reported, not timed
+            notes.append(f"{name}: {type(exc).__name__}: {exc}"[:200])
+            continue
+        if cmp.ok or name == BASE:
+            kept[name] = fn
+        else:
+            notes.append(f"{name}: wrong: {cmp.detail}")
+    return kept
+
+
+def _summary(rows: list[dict], mode: str) -> list[str]:
+    by_member: dict[str, list[float]] = {}
+    for r in rows:
+        by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
+    lines = [f"{mode}: x torch.matmul (torch_ms / ms), same run, runs alternated"]
+    for name, ratios in by_member.items():
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        below = sum(r < 0.95 for r in ratios)
+        lines.append(f"  {name:14s} problems {len(ratios):4d}  geomean {geo:.3f}  "
+                     f"min {min(ratios):.3f}  below 0.95x: {below}")
+    fastest: dict[tuple, float] = {}
+    for r in rows:
+        key = (r["dtype"], r["m"], r["n"], r["k"], r["batch"])
+        fastest[key] = min(fastest.get(key, math.inf), r["ms"])
+    tuned = [fastest[(r["dtype"], r["m"], r["n"], r["k"], r["batch"])] / r["ms"]
+             for r in rows if r["backend"] == "auto_autotune"]
+    if tuned:
+        lines.append(f"  auto_autotune vs its problem's fastest member: min {min(tuned):.3f}, "
+                     f"below 0.97x: {sum(t < 0.97 for t in tuned)}")
+    return lines
+
+
+def main() -> int:
+    args = parse()
+    import torch
+
+    from multibackend.problem import synthetic
+    from multibackend.suites import suite
+    from multibackend.timing import check_mode, time_interleaved
+
+    dtypes_ = args.dtypes or ["float16", "bfloat16"]
+    modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]
+    members = args.members or ["auto", "auto_autotune"]
+    shapes = suite(args.suite)[:args.limit]
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.cuda.get_device_name()
+    cc = torch.cuda.get_device_capability()
+    print(f"{args.suite}: {len(shapes)} shapes x {dtypes_} on {device}, modes {modes}, "
+          f"members {[BASE] + members}", flush=True)
+    start = time.monotonic()
+    for mode in modes:
+        rows, notes = [], []
+        for dtype in dtypes_:
+            for i, shape in enumerate(shapes):
+                a, b = _operands(shape, dtype, seed=i)
+                problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc)
+                problem_notes: list = []
+                calls = _checked(_members(members, a, b, mode), a, b, problem, problem_notes)
+                notes += [f"{dtype} {shape.label}: {n}" for n in problem_notes]
+                timed = time_interleaved(calls, mode=mode, reps=args.reps,
+                                         max_seconds=args.max_seconds)
+                base = timed[BASE].median_ms
+                for name, t in timed.items():
+                    rows.append({"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k,
+                                 "batch": shape.batch, "mode": mode, "backend": name,
+                                 "ms": t.median_ms, "torch_ms": base})
+                ratios = "  ".join(f"{n} {base / t.median_ms:.3f}" for n, t in timed.items()
+                                   if n != BASE)
+                print(f"[{time.monotonic() - start:6.0f}s] {mode} {dtype} {shape.label:22s} "
+                      f"torch {base * 1e3:9.1f} us  {ratios}", flush=True)
+                del a, b
+        path = out_dir / f"validation_{mode}.json"
+        path.write_text(json.dumps(rows, indent=1) + "\n")
+        for line in _summary(rows, mode):
+            print(line, flush=True)
+        for note in notes:
+            print("  note:", note, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""GPU tier for what ``auto`` promises: the torch baseline's contracts, every backend's calls
+captured in a CUDA graph after their first call, the capture error of a first call, and
+first-call autotuning kept in the user cache."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import multibackend as mb  # noqa: E402
+from multibackend import reference  # noqa: E402
+from multibackend.registry import REGISTRY  # noqa: E402
+from multibackend.request import matmul_call  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+def _rand(shape, dtype=torch.float16, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(dtype)
+
+
+def _assert_close(call_args, d, alpha=1.0, beta=0.0):
+    a, b, c = call_args
+    call = matmul_call(a, b, c, alpha=alpha, beta=beta if c is not None else None)
+    ref = reference.reference_matmul(call.operands.a, call.operands.b, call.operands.c,
+                                     call.operands.alpha, call.operands.beta)
+    cmp = reference.compare(call.problem, d.reshape(call.operands.d.shape), ref)
+    assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("case", ["plain", "alpha", "c", "batched", "broadcast", "col", "strided"])
+def test_torch_baseline_keeps_every_contract(dtype, case):
+    m, n, k = 67, 45, 129
+    a, b = _rand((m, k), dtype, 1), _rand((k, n), dtype, 2)
+    c, alpha, beta = None, 1.0, 0.0
+    if case == "alpha":
+        alpha = -1.5
+    elif case == "c":
+        c, alpha, beta = _rand((m, n), dtype, 3), 0.5, 2.0
+    elif case == "batched":
+        a, b = _rand((3, m, k), dtype, 4), _rand((3, k, n), dtype, 5)
+        c, beta = _rand((3, m, n), dtype, 6), -1.0
+    elif case == "broadcast":
+        a = _rand((4, m, k), dtype, 7)
+    elif case == "col":
+        a, b = _rand((k, m), dtype, 8).T, _rand((n, k), dtype, 9).T
+    elif case == "strided":
+        a = _rand((m, 2 * k), dtype, 10)[:, ::2]
+    for _ in range(3):  # the full path, the plan's first run, then the remembered launch
+        d = mb.matmul(a, b, c, alpha=alpha, beta=beta if c is not None else None,
+                      backend="cublas", precision="ieee" if dtype == torch.float32 else None)
+        _assert_close((a, b, c), d, alpha, beta)
+
+
+def test_torch_baseline_float32_precision_is_the_calls_not_the_processes():
+    a, b = _rand((256, 512), torch.float32, 1), _rand((512, 256), torch.float32, 2)
+    exact = a.double() @ b.double()
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        ieee = mb.matmul(a, b, backend="cublas", precision="ieee")
+        tf32 = mb.matmul(a, b, backend="cublas", precision="tf32")
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    err = lambda d: ((d.double() - exact).norm() / exact.norm()).item()  # noqa: E731
+    assert err(ieee) < 1e-6 < err(tf32) < 1e-2
+
+
+def _capturable_backends():
+    a, b = _rand((96, 64)), _rand((64, 80))
+    problem = matmul_call(a, b).problem
+    return [name for name in REGISTRY.names if REGISTRY.availability(name) is None
+            and REGISTRY.get(name).supports(problem) is None]
+
+
+@pytest.mark.parametrize("name", ["cublas", "triton", "raw_wmma", "cutlass", "auto"])
+def test_every_backend_is_captured_after_its_first_call(name):
+    if name != "auto" and name not in _capturable_backends():
+        pytest.skip(f"{name} cannot run here: {REGISTRY.availability(name)}")
+    a, b, c = _rand((96, 64), seed=11), _rand((64, 80), seed=12), _rand((96, 80), seed=13)
+    mb.matmul(a, b, c, alpha=2.0, backend=name)  # plans
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        mb.matmul(a, b, c, alpha=2.0, backend=name)  # the plan's first run (binds a launch)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        d = mb.matmul(a, b, c, alpha=2.0, backend=name)
+    d.fill_(float("nan"))
+    a.copy_(_rand((96, 64), seed=14))  # the replay reads the arrays' new contents
+    graph.replay()
+    torch.cuda.synchronize()
+    _assert_close((a, b, c), d, 2.0, 1.0)
+
+
+def test_first_call_inside_a_capture_names_the_fix():
+    a, b = _rand((48, 40), seed=21), _rand((40, 24), seed=22)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(mb.CaptureError, match="call it once with the same arguments"):
+        with torch.cuda.graph(graph):
+            mb.matmul(a, b, alpha=3.0)
+
+
+def test_untuned_auto_takes_torch_unless_measured_otherwise():
+    a, b = _rand((4095, 4096)), _rand((4096, 333))
+    decision = mb.explain(a, b)
+    assert decision.rule in ("baseline", "calibrated"), str(decision)
+    if decision.rule == "baseline":
+        assert decision.backend == "cublas"
+
+
+def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
+    from multibackend import autotune, plans
+
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STORE", autotune.Store())
+    plans.forget()
+    a, b = _rand((333, 2048), seed=31), _rand((2048, 1000), seed=32)
+    assert mb.explain(a, b, autotune=True).backend is None  # not measured yet
+    d = mb.matmul(a, b, autotune=True)
+    _assert_close((a, b, None), d)
+    decision = mb.explain(a, b, autotune=True)
+    assert decision.rule == "autotune" and decision.backend is not None
+    assert "torch.matmul" in decision.detail and "cublas" in decision.detail
+    files = list((tmp_path / "tuning").glob("autotune-*.json"))
+    assert len(files) == 1
+    fresh = autotune.Store(files[0])  # a later process reads the same entry
+    entry = fresh.get(decision.problem, "eager")
+    assert entry["backend"] == decision.backend and "cublas" in entry["timings_ms"]
+    files[0].write_text("{ torn")  # a corrupt file is rebuilt, not trusted
+    assert autotune.Store(files[0]).get(decision.problem, "eager") is None
