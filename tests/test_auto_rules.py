@@ -1,0 +1,178 @@
+"""CPU tier for untuned ``auto``: the dispatch order around the baseline, the calibrated
+rule, first-call autotuning's options and store, and the validation suite's independence."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from multibackend import autotune, calibration, dispatch, tuning
+from multibackend.backends.base import Config
+from multibackend.capability import Reason
+from multibackend.errors import InvalidArgument
+from multibackend.problem import synthetic
+from multibackend.suites import SUITES, VALIDATION_TOKENS
+
+
+class _Backend:
+    def __init__(self, name, refuse=False, built=True):
+        self.name, self.refuse, self._built = name, refuse, built
+
+    def supports(self, problem):
+        return Reason(self.name, "dtype", "refused here") if self.refuse else None
+
+    def note(self, problem):
+        return None
+
+    def configs(self, problem):
+        return [Config.of("default"), Config.of("wide")]
+
+    def default_config(self, problem):
+        return self.configs(problem)[0]
+
+    def built(self, problem, config):
+        return self._built
+
+
+class _Registry:
+    """Every backend available; ``refuse`` names the ones that refuse the problem."""
+
+    def __init__(self, refuse=(), unbuilt=()):
+        self.names = ("cublas", "triton", "raw_wmma", "cutlass")
+        self.backends = {n: _Backend(n, n in refuse, n not in unbuilt) for n in self.names}
+
+    def check_name(self, name, op="matmul"):
+        if name not in self.names:
+            raise InvalidArgument(name)
+
+    def get(self, name):
+        return self.backends[name]
+
+    def availability(self, name):
+        return None
+
+
+P = synthetic(512, 4096, 4096, "float16", cc=(9, 0))
+
+
+@pytest.fixture(autouse=True)
+def no_tables(monkeypatch):
+    monkeypatch.delenv("MULTIBACKEND_TUNING", raising=False)
+    monkeypatch.delenv("MULTIBACKEND_BACKEND", raising=False)
+    monkeypatch.delenv(autotune.ENV_AUTOTUNE, raising=False)
+    tuning.clear()
+    calibration.entries_for.cache_clear()
+
+
+def _calibration(monkeypatch, *entries):
+    data = tuple((f"test: {i}", e) for i, e in enumerate(entries))
+    monkeypatch.setattr(calibration, "entries_for", lambda cc: data if cc == (9, 0) else ())
+
+
+def _entry(backend, m, n, k, problem=P, config="wide"):
+    return {"backend": backend, "config": {"name": config}, "family": tuning.family(problem),
+            "m": m, "n": n, "k": k, "timings_ms": {f"{backend}:{config}": 1.0,
+                                                 "cublas:default": 1.1}, "mode": "graph"}
+
+
+def test_untuned_auto_is_cublas_where_nothing_was_measured():
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule) == ("cublas", "baseline")
+    assert "no calibration measurement" in d.detail
+
+
+def test_cublas_refusing_falls_back_in_order():
+    d = dispatch.decide(P, registry=_Registry(refuse=("cublas",)))
+    assert (d.backend, d.rule) == ("triton", "fallback")
+    d = dispatch.decide(P, registry=_Registry(refuse=("cublas", "triton")))
+    assert (d.backend, d.rule) == ("raw_wmma", "fallback")
+
+
+def test_calibration_picks_a_backend_only_where_every_neighbour_agrees(monkeypatch):
+    _calibration(monkeypatch, _entry("triton", 400, 4096, 4096), _entry("triton", 700, 5000, 4096))
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule, d.config.name) == ("triton", "calibrated", "wide")
+    assert "all 2 calibration measurement(s)" in d.detail and "1.10x" in d.detail
+    _calibration(monkeypatch, _entry("triton", 400, 4096, 4096), _entry("cublas", 600, 4096, 4096,
+                                                                         config="default"))
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule) == ("cublas", "baseline") and "won by cublas, triton" in d.detail
+
+
+def test_calibration_ignores_far_shapes_other_families_and_unbuilt_kernels(monkeypatch):
+    far = _entry("triton", 4096, 4096, 4096)  # M 8x away
+    other = _entry("triton", 512, 4096, 4096,
+                   problem=synthetic(512, 4096, 4096, "bfloat16", cc=(9, 0)))
+    _calibration(monkeypatch, far, other)
+    assert dispatch.decide(P, registry=_Registry()).backend == "cublas"
+    _calibration(monkeypatch, _entry("cutlass", 512, 4096, 4096))
+    d = dispatch.decide(P, registry=_Registry(unbuilt=("cutlass",)))
+    assert d.backend == "cublas" and "is not built" in d.detail
+    assert dispatch.decide(synthetic(512, 4096, 4096, "float16", cc=(8, 0)),
+                           registry=_Registry()).backend == "cublas"
+
+
+def test_shipped_calibration_tables_are_well_formed():
+    for cc in ((9, 0), (8, 0)):
+        for _, entry in calibration.entries_for(cc):
+            assert {"backend", "config", "family", "m", "n", "k"} <= set(entry)
+
+
+def test_autotune_mode_from_argument_and_environment(monkeypatch):
+    assert autotune.mode_of(None) is None
+    assert autotune.mode_of(True) == "eager" and autotune.mode_of("graph") == "graph"
+    assert autotune.mode_of(False) is None
+    monkeypatch.setenv(autotune.ENV_AUTOTUNE, "1")
+    assert autotune.mode_of(None) == "eager"
+    assert autotune.mode_of(False) is None  # the argument wins over the environment
+    monkeypatch.setenv(autotune.ENV_AUTOTUNE, "graph")
+    assert autotune.mode_of(None) == "graph"
+    monkeypatch.setenv(autotune.ENV_AUTOTUNE, "sometimes")
+    with pytest.raises(InvalidArgument, match="MULTIBACKEND_AUTOTUNE is 'sometimes'"):
+        autotune.mode_of(None)
+    with pytest.raises(InvalidArgument, match="autotune is 'fast'"):
+        autotune.mode_of("fast")
+
+
+def test_autotune_pending_then_stored_entry_decides(tmp_path):
+    store = autotune.Store(tmp_path / "autotune.json")
+    original = autotune.STORE
+    autotune.STORE = store
+    try:
+        pending = dispatch.decide(P, registry=_Registry(), autotune="eager")
+        assert pending.backend is None and pending.rule == "autotune"
+        store.put(P, "eager", {"backend": "triton", "config": {"name": "wide"}, "mode": "eager",
+                               "timings_ms": {"triton": 0.9, "cublas": 1.0},
+                               "baseline_ms": 1.0, "spread": 0.02})
+        d = dispatch.decide(P, registry=_Registry(), autotune="eager")
+        assert (d.backend, d.rule, d.config.name) == ("triton", "autotune", "wide")
+        assert "1.11x torch.matmul" in d.detail and "2.0%" in d.detail
+        assert dispatch.decide(P, registry=_Registry(), autotune="graph").backend is None
+        reread = autotune.Store(tmp_path / "autotune.json")  # another process
+        assert reread.get(P, "eager")["backend"] == "triton"
+        (tmp_path / "autotune.json").write_text("not json")
+        assert autotune.Store(tmp_path / "autotune.json").get(P, "eager") is None
+        assert not (tmp_path / "autotune.json").exists()  # the corrupt file was removed
+    finally:
+        autotune.STORE = original
+
+
+def test_autotune_store_merges_what_other_processes_wrote(tmp_path):
+    path = tmp_path / "autotune.json"
+    first, second = autotune.Store(path), autotune.Store(path)
+    other = synthetic(8, 4096, 4096, "float16", cc=(9, 0))
+    first.put(P, "eager", {"backend": "cublas"})
+    second.put(other, "eager", {"backend": "triton"})
+    entries = json.loads(path.read_text())["entries"]
+    assert len(entries) == 2
+
+
+def test_validation_suite_is_not_the_tuning_suites():
+    validation = SUITES["validation"]
+    assert len(validation) >= 60
+    assert {s.m for s in validation} >= set(VALIDATION_TOKENS)
+    assert any(s.batch > 1 for s in validation)
+    tuned = {s for name, shapes in SUITES.items() if name != "validation" for s in shapes}
+    assert not set(validation) & tuned
+    llm_weights = {(s.n, s.k) for s in SUITES["llm"]}
+    assert not {(s.n, s.k) for s in validation} & llm_weights
