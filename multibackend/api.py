@@ -150,24 +150,31 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
     return _dispatch_and_run(call, backend, config, fast[1])
 
 
-#: option values a plan may be keyed on: anything else (NumPy scalars, 0-d arrays, whose
-#: value a key by identity would miss) takes the full path
-_PLAIN = frozenset({bool, int, float, str, type(None), Config})
+#: the types alpha and beta may have in a plan's key: anything else (bool, which is refused;
+#: NumPy scalars and 0-d arrays) takes the full path
+_PLAIN_SCALARS = frozenset({int, float, type(None)})
 
 
 def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
     """(the result, None) when a remembered plan ran the call; else (None, the key under
-    which to remember this call's plan, or None when it cannot have one: options other than
-    plain scalars, strings and Configs, or arrays other than torch tensors and CuPy arrays)."""
-    kinds = tuple(map(type, options))
-    if not _PLAIN.issuperset(kinds):
-        return None, None
+    which to remember this call's plan, or None when it cannot have one: alpha or beta other
+    than a Python int or float, unhashable options, or arrays other than torch tensors and
+    CuPy arrays). ``options`` starts with the op; for matmul its second and third entries
+    are alpha and beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
+    if options[0] == "matmul":
+        kinds = (type(options[1]), type(options[2]))
+        if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
+            return None, None
+        options += kinds
     adapted = plans.as_tensors(arrays)
     if adapted is None:
         return None, None
     kind, tensors = adapted
-    plan_key = plans.key(options[0], kind, tensors, options + kinds)  # alpha=True is not 1
-    plan = plans.lookup(plan_key)
+    plan_key = plans.key(kind, tensors, options)
+    try:
+        plan = plans.lookup(plan_key)
+    except TypeError:  # an unhashable option
+        return None, None
     if plan is not None:
         return plan.run(tensors), None
     return None, plan_key

@@ -55,10 +55,8 @@ def mode_of(autotune: Any, op: str = "matmul") -> str | None:
             return _ON[value]
         raise InvalidArgument(f"{op}: {ENV_AUTOTUNE} is {value!r}: expected 1, eager, graph "
                               "or 0")
-    if autotune is False:
-        return None
-    if autotune is True:
-        return "eager"
+    if isinstance(autotune, (bool, int)) and autotune in (0, 1):
+        return "eager" if autotune else None
     if autotune in ("eager", "graph"):
         return autotune
     raise InvalidArgument(f"{op}: autotune is {autotune!r}: expected True, False, 'eager' or "

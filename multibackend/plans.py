@@ -128,48 +128,58 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
     torch = sys.modules.get("torch")
     if torch is None:
         return None
+    tensor = torch.Tensor
+    a, b, c, out = arrays
+    if type(a) is tensor and type(b) is tensor and c is None and out is None:
+        return "torch", arrays  # the common call, without the loop
     kind = None
-    out = []
+    adapted = []
     for x in arrays:
         if x is None:
-            out.append(None)
+            adapted.append(None)
             continue
-        if isinstance(x, torch.Tensor):
+        if isinstance(x, tensor):
             this = "torch"
         elif type(x).__module__.startswith("cupy"):
             this, x = "cupy", torch.from_dlpack(x)
         else:
             return None
         kind = kind or this
-        out.append(x)
-    return kind, tuple(out)
+        adapted.append(x)
+    return kind, tuple(adapted)
 
 
 #: the environment as os.environ holds it (encoded names and values), read directly on the
 #: hot path: os.environ.get encodes the name and decodes the value, a microsecond a name
 _ENVIRON = getattr(os.environ, "_data", None)
 _WATCHED = (ENV_BACKEND, tuning.ENV_TUNING, ENV_AUTOTUNE)
-_WATCHED_KEYS = tuple(map(getattr(os.environ, "encodekey", str), _WATCHED))
+_ENCODE = getattr(os.environ, "encodekey", str)
+_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY = map(_ENCODE, _WATCHED)
 
 
 def _watched_environment() -> tuple:
     """The (encoded) values of the environment variables dispatch reads."""
     if isinstance(_ENVIRON, dict):
-        return tuple(map(_ENVIRON.get, _WATCHED_KEYS))
+        get = _ENVIRON.get
+        return get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY)
     return tuple(map(os.environ.get, _WATCHED))
 
 
-def key(op: str, kind: str, tensors: tuple, options: tuple) -> tuple:
-    """Everything validation and dispatch read, for tensors already adapted."""
-    parts: list = [op, kind, options, *_watched_environment(), tuning.generation()]
-    for t in tensors:
-        if t is None:
-            parts.append(None)
-            continue
-        ptr = t.data_ptr()
-        parts.append((t.dtype, t.shape, t.stride(), t.device,
-                      min(256, ptr & -ptr) if ptr else 256))
-    return tuple(parts)
+def key(kind: str, tensors: tuple, options: tuple) -> tuple:
+    """Everything validation and dispatch read, for tensors already adapted: the options,
+    the array kind, the watched environment and tables, and each array's dtype, shape,
+    strides, device and pointer offset within 256 bytes (which fixes its alignment)."""
+    a, b, c, out = tensors
+    head = (options, kind, _watched_environment(), tuning.generation(),
+            a.dtype, a.shape, a.stride(), a.get_device(), a.data_ptr() & 255,
+            b.dtype, b.shape, b.stride(), b.get_device(), b.data_ptr() & 255)
+    if c is None and out is None:
+        return head
+    tail = [head]
+    for t in (c, out):
+        tail.append(None if t is None else
+                    (t.dtype, t.shape, t.stride(), t.get_device(), t.data_ptr() & 255))
+    return tuple(tail)
 
 
 def lookup(plan_key: tuple) -> Plan | None:
