@@ -15,8 +15,9 @@ workspace and the host cost they come with:
 
 Row- and column-major operands and strided views are handed to torch as they are: its ops
 take transposed operands without copies (and copy what cuBLAS cannot take, as torch.matmul
-would). A remembered call of a torch caller launches through :meth:`CublasBackend.produce`:
-the op itself, making D as ``torch.matmul`` does, with nothing in between.
+would). A remembered call with 2-D arrays launches through :meth:`CublasBackend.produce`:
+the call the caller would make itself — torch's op for a torch caller, ``cupy.matmul`` for a
+CuPy caller — making D as that call does, with nothing in between.
 
 This backend is never chosen by the ranked heuristic's search for a faster kernel: it is what
 ``auto`` falls back to, and the tuning table may pick it where it is the fastest.
@@ -176,16 +177,30 @@ class CublasBackend(Backend):
         if problem.has_c:
             d.add_(_as_batch(ops.c, batch), alpha=ops.beta)
 
-    def produce(self, problem: Problem, config: Config, alpha: float | int,
-                beta: float | int) -> Callable[[Any, Any, Any], Any] | None:
-        """The op that makes D for a remembered call of a torch caller, as a function of
-        (a, b, c) — 2-D arrays as the caller gave them, on torch's current stream — or None
-        where it takes more than one op (integer and fp8 products; float32, whose TF32
-        switch is set around the op; alpha without C, which needs D as addmm's input)."""
+    def produce(self, problem: Problem, config: Config, alpha: float | int, beta: float | int,
+                kind: str = "torch") -> Callable[[Any, Any, Any], Any] | None:
+        """The call that makes D for a remembered call with 2-D arrays — a function of
+        (a, b, c), the arrays as the caller gave them, on the caller's current stream — or
+        None where it takes more than one call (integer and fp8 products; float32 for a
+        torch caller, whose TF32 switch is set around the op; alpha without C).
+
+        ``kind`` is the caller's array kind: a torch caller gets torch's op, a CuPy caller
+        ``cupy.matmul`` (what each would call instead) for the dtypes CuPy holds, with no C,
+        float32 only as IEEE float32 (CuPy's own TF32 switch, ``CUPY_TF32``, off)."""
+        if problem.op != "matmul" or problem.in_dtype not in FLOATS:
+            return None
+        if kind == "cupy":
+            import os
+
+            import cupy
+
+            if problem.has_c or alpha != 1 or problem.in_dtype == "bfloat16" or (
+                    problem.in_dtype == "float32" and os.environ.get("CUPY_TF32", "0") != "0"):
+                return None
+            return lambda a, b, c: cupy.matmul(a, b)
         import torch
 
-        if problem.op != "matmul" or problem.in_dtype not in FLOATS or \
-                problem.in_dtype == "float32":
+        if kind != "torch" or problem.in_dtype == "float32":
             return None
         if problem.has_c:
             return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)

@@ -23,7 +23,7 @@ from multibackend.backends.base import Config
 from . import autotune as first_call
 from . import plans
 from .arrays import capturing, on_stream, to_kind
-from .dispatch import BASELINE, Decision, decide, verdict
+from .dispatch import BASELINE, Decision, decide, shape_free, verdict
 from .errors import CaptureError, InvalidArgument, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY
@@ -129,7 +129,7 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
                       backend=name, config=chosen)
 
     matrices = out is None and call.squeeze and getattr(C, "ndim", 2) == 2
-    return _dispatch_and_run(call, backend, config, fast[1], rerun, autotune, matrices)
+    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, matrices)
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -147,7 +147,7 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
         raise InvalidArgument(f"binary_matmul: op is {op!r}: expected 'xor' or 'and'")
     call = matmul_call(A, B, None, alpha=1, beta=0, out=out, out_dtype="int32",
                        acc_dtype="int32", packed="bit", bitop=op, op="binary_matmul")
-    return _dispatch_and_run(call, backend, config, fast[1])
+    return _dispatch_and_run(call, backend, config, fast[1:])
 
 
 #: the types alpha and beta may have in a plan's key: anything else (bool, which is refused;
@@ -155,29 +155,43 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
 
 
-def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None]:
-    """(the result, None) when a remembered plan ran the call; else (None, the key under
-    which to remember this call's plan, or None when it cannot have one: alpha or beta other
-    than a Python int or float, unhashable options, or arrays other than torch tensors and
-    CuPy arrays). ``options`` starts with the op; for matmul its second and third entries
-    are alpha and beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
+def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | None]:
+    """(the result, None, None) when a remembered plan ran the call; else (None, the key
+    under which to remember this call's plan, the key of its shape-free family plan). A key
+    is None where there can be none: alpha or beta other than a Python int or float,
+    unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
+    for A and B (both torch tensors or both CuPy arrays) with neither C nor ``out``.
+    ``options`` starts with the op; for matmul its second and third entries are alpha and
+    beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
     if options[0] == "matmul":
         kinds = (type(options[1]), type(options[2]))
         if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
-            return None, None
+            return None, None, None
         options += kinds
+    fam_key = None
+    if options[0] == "matmul" and arrays[2] is None and arrays[3] is None:
+        fam_key = plans.family_key(options, arrays[0], arrays[1])
+        try:
+            produce = plans.family(fam_key)
+        except TypeError:  # an unhashable option
+            return None, None, None
+        if produce is not None:
+            try:
+                return produce(arrays[0], arrays[1], None), None, None
+            except (RuntimeError, ValueError):  # refused: the full path words the error
+                return None, None, None
     adapted = plans.as_tensors(arrays)
     if adapted is None:
-        return None, None
+        return None, None, None
     kind, tensors = adapted
     plan_key = plans.key(kind, tensors, options)
     try:
         plan = plans.lookup(plan_key)
     except TypeError:  # an unhashable option
-        return None, None
+        return None, None, None
     if plan is not None:
-        return plan.run(tensors), None
-    return None, plan_key
+        return plan.run(tensors), None, None
+    return None, plan_key, fam_key
 
 
 def _refuse_capture(call: Call) -> None:
@@ -191,11 +205,10 @@ def _refuse_capture(call: Call) -> None:
 
 
 def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
-            autotune: Any) -> Decision:
+            mode: str | None) -> Decision:
     """The decision for the call, after timing the backends first when first-call
-    autotuning asks for it."""
+    autotuning (in timing mode ``mode``) asks for it."""
     explicit = _resolve_config(call, backend, config)
-    mode = first_call.mode_of(autotune, call.problem.op) if backend in (None, "auto") else None
     decision = decide(call.problem, backend, explicit, autotune=mode)
     if decision.backend is None and mode is not None and rerun is not None:
         accepted = [v.backend for v in decision.verdicts if v.accepted]
@@ -209,19 +222,26 @@ def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
 
 
 def _dispatch_and_run(call: Call, backend: str | None, config: Any,
-                      plan_key: tuple | None = None, rerun: Any = None, autotune: Any = None,
+                      keys: tuple = (None, None), rerun: Any = None, autotune: Any = None,
                       matrices: bool = False) -> Any:
+    """Validate, decide, run and remember the call's plan under ``keys`` (the plan's and
+    its shape-free family's, see :func:`_planned`)."""
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     if _trivial(call):
         return _finish(call)
     _refuse_capture(call)
-    decision = _decide(call, backend, config, rerun, autotune)
+    mode = first_call.mode_of(autotune, call.problem.op) if backend in (None, "auto") else None
+    decision = _decide(call, backend, config, rerun, mode)
     execute(call, decision)
+    plan_key, fam_key = keys
     if plan_key is not None:
-        plans.remember(plan_key, plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
-                                               call.operands.alpha, call.operands.beta,
-                                               matrices and call.kind == "torch"))
+        plan = plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
+                             call.operands.alpha, call.operands.beta, matrices)
+        plans.remember(plan_key, plan)
+        if fam_key is not None and plan.produce is not None and \
+                shape_free(call.problem, decision, mode):
+            plans.remember_family(fam_key, plan.produce)
     return _finish(call)
 
 
@@ -238,7 +258,7 @@ def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
     def rerun(name: str, chosen: Any, _into: Any) -> Any:
         return dot(x, y, acc_dtype=acc_dtype, backend=name, config=chosen)
 
-    return _dispatch_and_run(call, backend, config, fast[1], rerun, autotune)
+    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune)
 
 
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",

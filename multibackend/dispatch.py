@@ -122,6 +122,25 @@ def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdic
     return Decision(problem, name, config, rule, where, verdicts)
 
 
+def shape_free(problem: Problem, decision: Decision, autotune: str | None) -> bool:
+    """Whether ``decision`` holds for every problem that differs from ``problem`` only in
+    sizes, layouts and alignment: cuBLAS named (explicitly or by the environment), or cuBLAS
+    as the baseline with first-call autotuning off and no tuning-table or calibration entry
+    for products of these dtypes, whose rules could pick another backend at another size."""
+    if decision.backend != BASELINE:
+        return False
+    if decision.rule in ("explicit", "environment"):
+        return True
+    if decision.rule != "baseline" or autotune is not None:
+        return False
+    from . import calibration, tuning
+
+    prefix = f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:"
+    entries = [e for e in tuning.status().entries.values()]
+    entries += [e for _, e in calibration.entries_for(problem.cc)]
+    return not any(str(e.get("family", "")).startswith(prefix) for e in entries)
+
+
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,
            registry: Registry = REGISTRY, autotune: str | None = None) -> Decision:
     """Resolve the backend for ``problem`` in the order of this module's docstring;

@@ -55,18 +55,18 @@ class Plan:
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
            alpha: float | int, beta: float | int, matrices: bool = False) -> "Plan":
-        """``matrices``: a torch caller's 2-D A, B (and C), no ``out``."""
+        """``matrices``: the caller's 2-D A, B (and C), no ``out``."""
         from . import dtypes
 
         backend = REGISTRY.get(decision.backend)
         produce = getattr(backend, "produce", None)
         return cls(problem, decision, kind, squeeze, alpha, beta, backend,
                    dtypes.torch_dtype(problem.d_dtype),
-                   produce=produce(problem, decision.config, alpha, beta)
+                   produce=produce(problem, decision.config, alpha, beta, kind)
                    if matrices and produce is not None else None)
 
     def run(self, tensors: tuple) -> Any:
-        if self.produce is not None:  # torch's current stream and the arrays' device
+        if self.produce is not None and self.kind == "torch":  # torch's stream, the device
             return self.produce(tensors[0], tensors[1], tensors[2])
         a = tensors[0]
         device = a.device
@@ -182,6 +182,39 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
     return tuple(tail)
 
 
+#: the call that makes D for a product whose plan holds for every shape (A and B of one
+#: dtype, no C or ``out``, cuBLAS decided with nothing shape-dependent in the way: see
+#: :func:`multibackend.dispatch.shape_free`), keyed without sizes, strides or alignment, by
+#: the caller's arrays as they are (torch tensors or CuPy arrays: no conversion). The call
+#: checks the shapes itself; one it refuses takes the full path, which words the error.
+_FAMILIES: dict[tuple, Any] = {}
+
+
+def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
+    """The key of a product of two arrays with neither C nor ``out``, sizes left out; None
+    for arrays other than two torch tensors or two CuPy arrays."""
+    torch = sys.modules.get("torch")
+    if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor:
+        return (options, _watched_environment(), tuning.generation(), a.dtype, b.dtype,
+                a.dim(), b.dim(), a.get_device())
+    cupy = sys.modules.get("cupy")
+    if cupy is not None and type(a) is cupy.ndarray and type(b) is cupy.ndarray:
+        return (options, _watched_environment(), tuning.generation(), "cupy", a.dtype,
+                b.dtype, a.ndim, b.ndim, a.device.id)
+    return None
+
+
+def family(fam_key: tuple) -> Any:
+    """The op that makes D for every call under ``fam_key``, or None."""
+    return _FAMILIES.get(fam_key)
+
+
+def remember_family(fam_key: tuple, produce: Any) -> None:
+    if len(_FAMILIES) >= LIMIT:
+        _FAMILIES.clear()
+    _FAMILIES[fam_key] = produce
+
+
 def lookup(plan_key: tuple) -> Plan | None:
     return _PLANS.get(plan_key)
 
@@ -195,3 +228,4 @@ def remember(plan_key: tuple, plan: Plan) -> None:
 def forget() -> None:
     """Drop every remembered plan (after the registry or environment changed)."""
     _PLANS.clear()
+    _FAMILIES.clear()

@@ -76,11 +76,16 @@ def _capturable_backends():
             and REGISTRY.get(name).supports(problem) is None]
 
 
-@pytest.mark.parametrize("name", ["cublas", "triton", "raw_wmma", "cutlass", "auto"])
+CAPTURE_SHAPE = (96, 80, 64)
+
+
+@pytest.mark.parametrize("name", ["cublas", "triton", "raw_wmma",
+                                  pytest.param("cutlass", marks=pytest.mark.cutlass), "auto"])
 def test_every_backend_is_captured_after_its_first_call(name):
     if name != "auto" and name not in _capturable_backends():
         pytest.skip(f"{name} cannot run here: {REGISTRY.availability(name)}")
-    a, b, c = _rand((96, 64), seed=11), _rand((64, 80), seed=12), _rand((96, 80), seed=13)
+    m, n, k = CAPTURE_SHAPE
+    a, b, c = _rand((m, k), seed=11), _rand((k, n), seed=12), _rand((m, n), seed=13)
     mb.matmul(a, b, c, alpha=2.0, backend=name)  # plans
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -91,10 +96,24 @@ def test_every_backend_is_captured_after_its_first_call(name):
     with torch.cuda.graph(graph):
         d = mb.matmul(a, b, c, alpha=2.0, backend=name)
     d.fill_(float("nan"))
-    a.copy_(_rand((96, 64), seed=14))  # the replay reads the arrays' new contents
+    a.copy_(_rand((m, k), seed=14))  # the replay reads the arrays' new contents
     graph.replay()
     torch.cuda.synchronize()
     _assert_close((a, b, c), d, 2.0, 1.0)
+
+
+def cutlass_jobs(item):
+    """The (problem, config) of the CUTLASS kernel a test runs, by numbers alone (the GPU
+    tier's conftest builds it before the tests start): the captured call's default kernel."""
+    if item.originalname != "test_every_backend_is_captured_after_its_first_call":
+        return []
+    from multibackend.problem import synthetic
+
+    backend = REGISTRY.get("cutlass")
+    problem = synthetic(*CAPTURE_SHAPE, "float16", has_c=True,
+                        cc=torch.cuda.get_device_capability())
+    return [(problem, backend.default_config(problem))] if backend.supports(problem) is None \
+        else []
 
 
 def test_first_call_inside_a_capture_names_the_fix():
@@ -133,3 +152,28 @@ def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
     assert entry["backend"] == decision.backend and "cublas" in entry["timings_ms"]
     files[0].write_text("{ torn")  # a corrupt file is rebuilt, not trusted
     assert autotune.Store(files[0]).get(decision.problem, "eager") is None
+
+
+@pytest.mark.parametrize("kind", ["torch", "cupy"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype):
+    from multibackend import plans
+
+    if kind == "cupy":
+        cupy = pytest.importorskip("cupy")
+        wrap, unwrap = cupy.from_dlpack, torch.from_dlpack
+    else:
+        wrap = unwrap = lambda x: x  # noqa: E731
+    plans.forget()
+    for i, (m, n, k) in enumerate([(64, 48, 32), (7, 129, 4095), (1, 4096, 333), (300, 2, 65)]):
+        a, b = _rand((m, k), dtype, 40 + i), _rand((k, n), dtype, 50 + i)
+        for _ in range(2):
+            d = unwrap(mb.matmul(wrap(a), wrap(b)))
+            assert d.shape == (m, n) and d.dtype == dtype
+            _assert_close((a, b, None), d)
+        if kind == "torch" or dtype != torch.bfloat16:  # CuPy holds no bf16: no family
+            assert plans._FAMILIES, "a shape-free plan was remembered"
+    with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):
+        mb.matmul(wrap(_rand((8, 16), dtype)), wrap(_rand((17, 8), dtype)))
+    with pytest.raises(mb.InvalidArgument, match="same dtype"):
+        mb.matmul(wrap(_rand((8, 16), dtype)), wrap(_rand((16, 8), torch.float32)))
