@@ -1,9 +1,10 @@
-"""Cross-checking every backend against the float64 reference and against cuBLAS.
+"""Cross-checking every backend against the float64 reference and against torch.matmul's cuBLAS.
 
 For one set of operands, each backend that accepts the problem runs (on poisoned output, so an
 unwritten element fails), its result is compared with the float64 reference
 (:mod:`multibackend.reference`), and on a GPU it is timed with the shared timing utility and
-set beside cuBLAS's time from the same run. Backends that refuse the problem appear with their
+set beside the baseline's (``cublas``: torch.matmul's cuBLAS path) from the same run, in
+the host-hidden ``kernel`` timing mode (:mod:`multibackend.timing`). Backends that refuse the problem appear with their
 reason. The report prints as a table and serializes to JSON.
 """
 from __future__ import annotations
@@ -63,8 +64,9 @@ class Report:
 
     def __str__(self) -> str:
         head = (f"{'backend':<9} {'config':<22} {'rel err':>9} {'bound':>9} {'ok':>4} "
-                f"{'ms':>9} {self.unit:>9} {'x cuBLAS':>8}")
-        lines = [self.problem, head]
+                f"{'ms':>9} {self.unit:>9} {'x torch':>8}")
+        lines = [self.problem, "times: kernel mode (host hidden); x torch: torch.matmul's time "
+                               "over this time, same run", head]
         for r in self.results:
             if not r.supported:
                 lines.append(f"{r.backend:<9} refused: {r.reason}")
