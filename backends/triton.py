@@ -150,6 +150,8 @@ class TritonBackend(Backend):
         self._best: dict[Problem, Config] = {}
         self._last_best: tuple = (None, None)  # (problem, its best config), by identity
         self._matmul_launcher: Launcher | None = None
+        self._dot_pair: tuple[Launcher, Launcher] | None = None
+        self._sms: dict[int, int] = {}
         self._statics: dict[tuple[Problem, str], tuple] = {}
 
     @property
@@ -338,24 +340,45 @@ class TritonBackend(Backend):
 
     # -- dot ------------------------------------------------------------------------------
     def _launch_dot(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """The two-pass dot through kept launchers: the integers and alignment of a dot are
+        its Problem's, so the Problem and config key each kernel's specialization."""
         import torch
         import triton.language as tl
 
-        from . import triton_kernels as kernels
-
-        block = config.get("BLOCK")
+        block, warps = config.get("BLOCK"), config.get("num_warps")
         acc = tl.float64 if problem.acc == "float64" else tl.float32
-        if ops.a.is_cuda:
-            sms = torch.cuda.get_device_properties(ops.a.device).multi_processor_count
+        programs = self._dot_programs(problem, block, ops.a)
+        partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)
+        first, finish = self._dot_launchers()
+        x, y = ops.a, ops.b
+        first((problem, config.name), (programs, 1, 1), ops.stream,
+              (x, y, partial, problem.k, x.stride(0), y.stride(0)),
+              lambda: {"BLOCK": block, "ACC": acc, "num_warps": warps})
+        finish((problem.acc, programs), (1, 1, 1), ops.stream, (partial, ops.d, programs),
+               lambda: {"BLOCK": 1024, "ACC": acc, "num_warps": 4})
+
+    def _dot_programs(self, problem: Problem, block: int, x: Any) -> int:
+        """Programs of the dot's first pass: enough blocks to fill the GPU, no more than
+        there are chunks (the device's multiprocessor count asked once)."""
+        if x.is_cuda:
+            index = x.device.index if x.device.index is not None else 0
+            sms = self._sms.get(index)
+            if sms is None:
+                import torch
+
+                sms = self._sms[index] = torch.cuda.get_device_properties(
+                    index).multi_processor_count
         else:
             sms = 2
-        programs = max(1, min(triton.cdiv(problem.k, block), sms * DOT_PROGRAMS_PER_SM))
-        partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)
-        kernels.dot_partial_kernel[(programs,)](
-            ops.a, ops.b, partial, problem.k, ops.a.stride(0), ops.b.stride(0),
-            BLOCK=block, ACC=acc, num_warps=config.get("num_warps"))
-        kernels.dot_finish_kernel[(1,)](partial, ops.d, programs, BLOCK=1024, ACC=acc,
-                                        num_warps=4)
+        return max(1, min(triton.cdiv(problem.k, block), sms * DOT_PROGRAMS_PER_SM))
+
+    def _dot_launchers(self) -> tuple[Launcher, Launcher]:
+        if self._dot_pair is None:
+            from . import triton_kernels as kernels
+
+            self._dot_pair = (Launcher(kernels.dot_partial_kernel),
+                              Launcher(kernels.dot_finish_kernel))
+        return self._dot_pair
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
         if problem.op == "dot":
