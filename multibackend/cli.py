@@ -141,8 +141,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print("tune: give --suite and/or --shape", file=sys.stderr)
         return 2
     table = tune(shapes, dtypes=args.dtype or ["float16"], backends=args.backends,
-                 max_configs=args.max_configs, quick=args.quick, timeout_s=args.timeout,
-                 max_workers=args.jobs)
+                 mode=args.mode, max_configs=args.max_configs, quick=args.quick,
+                 timeout_s=args.timeout, max_workers=args.jobs)
     if args.merge and os.path.exists(args.out):
         table = merge(read_table(args.out), table)
     path = save_table(table, args.out)
@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--shapes", type=int, default=0,
                        help="only the first N default shapes (GPU)")
     from .suites import SUITES
+    from .timing import MODES
 
     tune = sub.add_parser("tune", help="time every backend and config per shape; write a "
                                        "tuning table for backend='auto'")
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--dtype", action="append", help="input dtype (repeatable; float16)")
     tune.add_argument("--backends", nargs="+", help="backends to tune (default: all; "
                                                     "cuBLAS is always measured)")
+    tune.add_argument("--mode", choices=MODES, default="eager",
+                      help="timing mode the choice is made in: eager (back-to-back calls, "
+                           "host time included; the default) or graph (calls captured in a "
+                           "CUDA graph and replayed); the table records both")
     tune.add_argument("--out", required=True, help="tuning table JSON to write")
     tune.add_argument("--merge", action="store_true",
                       help="merge into --out when it exists (new entries win)")

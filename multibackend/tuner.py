@@ -1,19 +1,51 @@
 """Tuning: measure every backend and candidate config per shape, and keep the fastest.
 
 :func:`tune` plans, on the CPU, every (problem, backend, config) candidate that the
-registry's available backends accept (cuBLAS included: it is the baseline, and ``auto`` may
-pick it where it is fastest), then runs the candidates in a child process
-(:mod:`multibackend.tuner_worker`): each is compiled (in parallel where the backend offers
-``prepare_many``), run on poisoned output, compared with the float64 reference and timed with
-:func:`multibackend.timing.time_interleaved`; the candidates within 10% of the fastest, and
-each backend's fastest, are then timed again against each other, their runs interleaved. A candidate that is wrong, raises, hangs past the
-timeout or kills the process is dropped with its reason, and a fresh child carries on with
-the rest: no candidate can end the run, and a dropped one can never win.
+registry's available backends accept (cuBLAS included: it is the baseline, called as torch's
+own GEMM, and ``auto`` may pick it where it is fastest), then runs the candidates in a child
+process (:mod:`multibackend.tuner_worker`). Each is compiled (in parallel where the backend
+offers ``prepare_many``), then run the way a user's call runs, through the public call
+``matmul(A, B, backend=name, config=config)`` on torch tensors: once into a poisoned ``out``
+and once making its own output, each compared with the float64 reference, and timed with
+:func:`multibackend.timing.time_interleaved` in the run's timing mode (``mode``):
+
+- ``"eager"`` (default): back-to-back calls, host time included, what an eager user sees;
+- ``"graph"``: the calls captured in a CUDA graph and replayed, kernel time only, what a
+  deployment that captures graphs sees.
+
+The candidates within 10% of the fastest, and each backend's fastest (cuBLAS's among them),
+are then timed again against each other, their runs interleaved, in
+:data:`~multibackend.tuner_worker.FINAL_ROUNDS` rounds in each mode. A candidate that is
+wrong, raises, hangs past the timeout or kills the process is dropped with its reason, and a
+fresh child carries on with the rest: no candidate can end the run, and a dropped one can
+never win.
+
+The winner is cuBLAS (:data:`BASELINE`) unless the fastest candidate of the final rounds, in
+the run's mode, beats it by more than the spread measured there: the larger of the relative
+range of cuBLAS's per-round medians and its median p20-p80 width, at least
+:data:`MIN_SPREAD`. A smaller lead is within what the same kernel moves by between runs and
+with the GPU's temperature and power state, and can be a loss in the deployment.
 
 The result is a tuning table (:func:`multibackend.tuning.new_table`) with one entry per
-problem key: the winner (the fastest candidate, or cuBLAS when nothing leads it by more than
-:data:`BASELINE_MARGIN`), its config, every timing, the dropped candidates with their reasons
-and cuBLAS's time as the baseline.
+problem key::
+
+    {"backend": "triton", "config": {"name": ..., ...}, "family": ...,
+     "m": .., "n": .., "k": .., "batch": .., "dtype": "float16",
+     "mode": "eager",                       # the mode the choice was made in
+     "timings_ms": {"eager": {"triton:cfg": 0.081, "cublas:default": 0.090, ...},
+                    "graph": {"triton:cfg": 0.052, "cublas:default": 0.055, ...}},
+     "baseline_ms": {"eager": 0.090, "graph": 0.055},   # cuBLAS's fastest config, or None
+     "spread": 0.012,                       # the lead the winner had to exceed, in "mode"
+     "screening_ms": {"triton:cfg": 0.083, "triton:other": 0.120, ...},
+     "final_dropped": {"eager": {}, "graph": {"raw_wmma:cfg": "raised: ..."}},
+     "dropped": {"cutlass:cfg": "wrong: ..."}, "refused": {"cutlass": "..."},
+     "measured": "<ISO time>"}
+
+``timings_ms`` holds the final rounds' figures (the median of the rounds' medians) of every
+candidate compared there, per mode; ``screening_ms`` every correct candidate's first figure,
+timed alone in ``mode``; ``final_dropped`` the finalists that could not be timed in a mode,
+with the reason; ``dropped`` the candidates that never ran correctly, ``refused`` the
+backends that refused the problem. Keys of candidates are ``"backend:config name"``.
 """
 from __future__ import annotations
 
@@ -35,16 +67,22 @@ from . import environment, tuning
 from .errors import InvalidArgument
 from .problem import synthetic
 from .suites import SUITES, Shape, parse_shape, suite
-from .tuner_worker import GpuTimer, Item, Job, Spec, Timer
+from .timing import MODES
+from .tuner_worker import (Figure, GpuTimer, Item, Job, PublicCall, Spec, Timer, check_mode,
+                           final_modes, finalists)
 
 BASELINE = "cublas"
-#: the lead over the baseline a candidate needs to win: the same kernel's time moves by a few
-#: percent between runs and with the GPU's temperature and power state, so a smaller lead
-#: measured here can be a loss in the deployment, and the baseline keeps the shape
-BASELINE_MARGIN = 0.02
+#: what the baseline is called in summaries: the call a user makes without multibackend
+BASELINE_LABEL = "torch.matmul"
+#: the smallest lead over the baseline that counts, whatever spread was measured
+MIN_SPREAD = 0.01
 #: the fewest candidates per backend and the timing repetitions of ``quick=True``
 QUICK_CONFIGS = 3
 QUICK_TIMER = GpuTimer(warmup=2, reps=10, max_seconds=1.0)
+#: the worker process's program: :func:`multibackend.tuner_worker.main` under its module's
+#: own name (``-m`` would run a second copy as ``__main__``, whose records the parent could
+#: not unpickle)
+_WORKER = "import sys; from multibackend.tuner_worker import main; sys.exit(main(sys.argv[1:]))"
 
 
 @dataclass
@@ -138,6 +176,17 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
+@dataclass
+class _Results:
+    """What the workers reported: each candidate's first figure (milliseconds, None) or
+    (None, why it was dropped), and each finalist's :class:`Figure` per mode, or why it could
+    not be timed in that mode."""
+
+    first: dict[int, tuple[float | None, str | None]] = field(default_factory=dict)
+    final: dict[int, dict[str, Figure]] = field(default_factory=dict)
+    unfit: dict[int, dict[str, str]] = field(default_factory=dict)
+
+
 class _Runner:
     """Runs the plan's candidates in child processes, restarting after each crash."""
 
@@ -145,30 +194,73 @@ class _Runner:
                  progress: Progress):
         self.plan, self.job, self.progress = plan, job, progress
         self.timeout_s, self.compile_timeout_s = timeout_s, compile_timeout_s
-        self.results: dict[int, tuple[float | None, str | None]] = {}
+        self.results = _Results()
 
-    def run(self) -> dict[int, tuple[float | None, str | None]]:
-        pending = list(self.plan.items)
-        while pending:
-            self._round(pending)
-            pending = [item for item in pending if item.id not in self.results]
-        return self.results
+    def run(self) -> _Results:
+        """Every candidate on its own, and each problem's finalists against each other once
+        its candidates have all run, in as many worker processes as crashes make needed."""
+        while True:
+            pending = [item for item in self.plan.items if item.id not in self.results.first]
+            finals = self._finals_left(pending)
+            if not pending and not finals:
+                return self.results
+            self._round(pending, finals)
+
+    def _finals_left(self, pending: list[Item]) -> dict[int, list[Item]]:
+        """The finalists of each problem whose candidates have all run but whose final rounds
+        have not (a crash came between them)."""
+        waiting = {item.problem for item in pending}
+        first_ms: dict[int, dict[int, tuple[str, float]]] = {}
+        for item in self.plan.items:
+            ms, reason = self.results.first.get(item.id, (None, "pending"))
+            if reason is None and item.problem not in waiting:
+                first_ms.setdefault(item.problem, {})[item.id] = (item.backend, ms)
+        left = {index: [self.plan.items[i] for i in finalists(found)]
+                for index, found in first_ms.items()}
+        return {index: items for index, items in left.items() if not self._final_done(items)}
+
+    def _final_done(self, items: list[Item]) -> bool:
+        """Whether every finalist has a figure, or the reason it has none, in every mode."""
+        return all(mode in self.results.final.get(item.id, {})
+                   or mode in self.results.unfit.get(item.id, {})
+                   for item in items for mode in MODES)
 
     def _affected(self, marker: tuple, pending: list[Item]) -> list[Item]:
-        left = [item for item in pending if item.id not in self.results]
+        left = [item for item in pending if item.id not in self.results.first]
         if marker[0] == "item":
             return [item for item in left if item.id == marker[1]]
         if marker[0] == "setup":
             return [item for item in left if item.problem == marker[1]]
         if marker[0] == "compile":
             return [item for item in left if (item.problem, item.backend) == marker[1:]]
-        if marker[0] == "refine":  # every candidate has its first timing already
-            return []
         return left
+
+    def _fail(self, marker: tuple, pending: list[Item], finals: dict[int, list[Item]],
+              reason: str) -> None:
+        """Record what the step ``marker`` left undone (``("all",)``: everything left): its
+        candidates are dropped; in the final rounds, its finalists are left untimed in that
+        mode and the modes after it."""
+        if marker[0] == "final":
+            self._untimed(marker[3], marker[2], reason)
+            return
+        self._drop(self._affected(marker, pending), reason)
+        if marker[0] == "all":
+            first_mode = final_modes(self.job.timer.mode)[0]
+            for items in finals.values():
+                self._untimed([item.id for item in items], first_mode, reason)
+
+    def _untimed(self, ids: Iterable[int], mode: str, reason: str) -> None:
+        """The finalists ``ids`` got no figure in ``mode`` and the modes after it, for
+        ``reason`` (where they got neither a figure nor a reason already)."""
+        modes = final_modes(self.job.timer.mode)
+        for later in modes[modes.index(mode):]:
+            for i in ids:
+                if later not in self.results.final.get(i, {}):
+                    self.results.unfit.setdefault(i, {}).setdefault(later, reason)
 
     def _drop(self, items: list[Item], reason: str) -> None:
         for item in items:
-            self.results[item.id] = (None, reason)
+            self.results.first[item.id] = (None, reason)
         self._tick(items[-1] if items else None)
 
     def _tick(self, item: Item | None) -> None:
@@ -176,10 +268,15 @@ class _Runner:
         if item is not None:
             spec = self.plan.specs[item.problem]
             label = f"{spec.dtype} {spec.shape.label} {item.backend}"
-        self.progress.update(len(self.results), label)
+        self.progress.update(len(self.results.first), label)
 
-    def _round(self, pending: list[Item]) -> None:
-        self.job.items = pending
+    def _round(self, pending: list[Item], finals: dict[int, list[Item]]) -> None:
+        """Run a worker on the ``pending`` candidates (each problem's followed by its final
+        rounds), then the ``finals``' final rounds, and record what a crash or a hang left
+        undone."""
+        self.job.items, self.job.finals = pending, finals
+        self.job.screened = [(self.plan.items[i], ms) for i, (ms, reason)
+                             in self.results.first.items() if reason is None]
         read, write = os.pipe()
         with tempfile.TemporaryDirectory(prefix="multibackend-tune-") as tmp:
             job_path = os.path.join(tmp, "job.pickle")
@@ -189,7 +286,7 @@ class _Runner:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             with open(log_path, "wb") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "multibackend.tuner_worker", job_path, str(write)],
+                    [sys.executable, "-c", _WORKER, job_path, str(write)],
                     pass_fds=(write,), stdout=log, stderr=subprocess.STDOUT, env=env,
                     start_new_session=True)
             os.close(write)
@@ -202,20 +299,21 @@ class _Runner:
             tail = _tail(log_path)
         if timed_out:
             limit = self.timeout_s if marker[0] == "item" else self.compile_timeout_s
-            self._drop(self._affected(marker, pending), f"timed out after {limit:g} s"
-                                                        f"{_phase(marker)}")
+            reason = f"timed out after {limit:g} s{_phase(marker)}"
         elif marker is not None:
-            self._drop(self._affected(marker, pending),
-                       f"crashed: {_describe_exit(code)}{_phase(marker)}{tail}")
+            reason = f"crashed: {_describe_exit(code)}{_phase(marker)}{tail}"
         elif not progressed:
-            self._drop(self._affected(("all",), pending),
-                       f"crashed: the tuning worker ended with {_describe_exit(code)}{tail}")
+            marker = ("all",)
+            reason = f"crashed: the tuning worker ended with {_describe_exit(code)}{tail}"
+        else:
+            return
+        self._fail(marker, pending, finals, reason)
 
     def _listen(self, proc: subprocess.Popen, conn: Connection) -> tuple[tuple | None, bool,
                                                                          bool]:
         """Read the worker's reports until it ends or the running step overruns; returns the
         step running at the end (None when between steps), whether it timed out, and whether
-        any candidate finished."""
+        any candidate or final round finished."""
         marker, since, progressed = None, time.monotonic(), False
         while True:
             limit = self.timeout_s if marker and marker[0] == "item" else self.compile_timeout_s
@@ -224,25 +322,36 @@ class _Runner:
                     message = conn.recv()
                 except EOFError:
                     return marker, False, progressed
+                since = time.monotonic()
                 if message[0] == "begin":
-                    marker, since = message[1], time.monotonic()
-                elif message[0] == "retimed":
-                    _, item_id, ms = message
-                    self.results[item_id] = (ms, None)
-                    marker, since = None, time.monotonic()
+                    marker = message[1]
+                elif message[0] == "done":
+                    marker, progressed = None, True
+                    self._record_first(*message[1:])
+                elif message[0] == "final":
+                    marker, progressed = None, True
+                    self._record_final(*message[1:])
                 else:
-                    _, item_id, ms, reason = message
-                    self.results[item_id] = (ms, reason)
-                    marker, since, progressed = None, time.monotonic(), True
-                    self._tick(self.plan.items[item_id])
+                    _, item_id, mode, reason = message
+                    self.results.unfit.setdefault(item_id, {})[mode] = reason
             elif proc.poll() is not None and not conn.poll(0):
                 return marker, False, progressed
             elif time.monotonic() - since > limit:
                 os.killpg(proc.pid, signal.SIGKILL)
                 return marker or ("all",), True, progressed
 
+    def _record_first(self, item_id: int, ms: float | None, reason: str | None) -> None:
+        self.results.first[item_id] = (ms, reason)
+        self._tick(self.plan.items[item_id])
+
+    def _record_final(self, mode: str, figures: dict[int, Figure]) -> None:
+        for item_id, found in figures.items():
+            self.results.final.setdefault(item_id, {})[mode] = found
+
 
 def _phase(marker: tuple) -> str:
+    if marker[0] == "final":
+        return f" in the {marker[2]}-mode final rounds"
     return {"setup": " while making operands", "compile": " while compiling",
             "all": " (the worker stalled between candidates)"}.get(marker[0], "")
 
@@ -256,127 +365,220 @@ def _tail(log_path: str) -> str:
     return f": {lines[-1].strip()[:200]}" if lines else ""
 
 
-def _entries(plan: _Plan, results: dict[int, tuple[float | None, str | None]]) -> dict:
+def _key(item: Item) -> str:
+    """A candidate's name in the table: "backend:config name"."""
+    return f"{item.backend}:{item.config['name']}"
+
+
+def _first_figures(items: list[Item], results: _Results
+                   ) -> tuple[dict[str, float], dict[str, str], dict[str, tuple[str, dict]]]:
+    """(each correct candidate's first milliseconds, each dropped one's reason, each correct
+    one's (backend, config)), by key."""
+    screening, dropped, configs = {}, {}, {}
+    for item in items:
+        ms, reason = results.first.get(item.id, (None, "not evaluated"))
+        if reason is None:
+            screening[_key(item)], configs[_key(item)] = ms, (item.backend, item.config)
+        else:
+            dropped[_key(item)] = reason
+    return screening, dropped, configs
+
+
+def _by_mode(items: list[Item], found: dict[int, dict[str, Any]], modes: tuple[str, ...]
+             ) -> dict[str, dict[str, Any]]:
+    """What ``found`` holds for the items per mode, by key."""
+    return {mode: {_key(item): found[item.id][mode] for item in items
+                   if mode in found.get(item.id, {})} for mode in modes}
+
+
+def _baseline_key(figures: dict[str, float]) -> str | None:
+    """The baseline's fastest candidate among ``figures``, or None when it has none."""
+    mine = [key for key in figures if key.startswith(BASELINE + ":")]
+    return min(mine, key=figures.get) if mine else None
+
+
+def _spread(final: dict[str, Figure], choice_ms: dict[str, float]) -> float | None:
+    """The lead over the baseline the choice among ``choice_ms`` needs: the baseline's spread
+    in the final rounds ``final``, at least MIN_SPREAD (just MIN_SPREAD where the choice is
+    made from first figures, the final rounds having crashed); None where the baseline has no
+    figure."""
+    base = _baseline_key(choice_ms)
+    if base is None:
+        return None
+    return max(MIN_SPREAD, final[base].spread) if final else MIN_SPREAD
+
+
+def _winner(figures: dict[str, float], spread: float | None) -> str:
+    """The fastest candidate ("backend:config") when it beats the baseline's fastest by more
+    than ``spread`` (the baseline takes more than ``1 + spread`` times as long); else the
+    baseline's fastest. ``spread`` is None only where the baseline has no figure."""
+    fastest = min(figures, key=figures.get)
+    base = _baseline_key(figures)
+    if base is not None and figures[base] <= figures[fastest] * (1 + spread):
+        return base
+    return fastest
+
+
+def _entry(items: list[Item], results: _Results, mode: str) -> dict | None:
+    """One problem's choice and figures (see the module docstring); None when no candidate
+    ran correctly."""
+    screening, dropped, configs = _first_figures(items, results)
+    if not screening:
+        return None
+    modes = final_modes(mode)
+    figures = _by_mode(items, results.final, modes)
+    timings = {m: {key: found.ms for key, found in figures[m].items()} for m in modes}
+    choice_ms = timings[mode] or screening  # the first figures where the final rounds crashed
+    spread = _spread(figures[mode], choice_ms)
+    chosen = _winner(choice_ms, spread)
+    return {"backend": configs[chosen][0], "config": configs[chosen][1], "mode": mode,
+            "timings_ms": timings,
+            "baseline_ms": {m: timings[m].get(_baseline_key(timings[m])) for m in modes},
+            "spread": spread, "screening_ms": screening,
+            "final_dropped": _by_mode(items, results.unfit, modes), "dropped": dropped}
+
+
+def _entries(plan: _Plan, results: _Results, mode: str) -> dict:
     measured = datetime.now(timezone.utc).isoformat(timespec="seconds")
     cc = environment.compute_capability()
     entries: dict[str, dict] = {}
     for index, spec in plan.specs.items():
+        entry = _entry([item for item in plan.items if item.problem == index], results, mode)
+        if entry is None:
+            continue
         shape = spec.shape
         problem = synthetic(shape.m, shape.n, shape.k, spec.dtype, batch=shape.batch, cc=cc)
-        timings, dropped, configs = {}, {}, {}
-        for item in plan.items:
-            if item.problem != index:
-                continue
-            key = f"{item.backend}:{item.config['name']}"
-            ms, reason = results.get(item.id, (None, "not evaluated"))
-            if reason is None:
-                timings[key], configs[key] = ms, (item.backend, item.config)
-            else:
-                dropped[key] = reason
-        if not timings:
-            continue
-        best = _winner(timings)
-        baseline = [ms for key, ms in timings.items() if key.startswith(BASELINE + ":")]
         entries[problem.key] = {
-            "backend": configs[best][0], "config": configs[best][1],
-            "family": tuning.family(problem), "m": shape.m, "n": shape.n, "k": shape.k,
-            "batch": shape.batch, "dtype": spec.dtype, "timings_ms": timings,
-            "dropped": dropped, "refused": plan.refused.get(index, {}),
-            "baseline_ms": min(baseline) if baseline else None, "measured": measured,
-        }
+            **entry, "family": tuning.family(problem), "m": shape.m, "n": shape.n,
+            "k": shape.k, "batch": shape.batch, "dtype": spec.dtype,
+            "refused": plan.refused.get(index, {}), "measured": measured}
     return entries
 
 
-def _winner(timings: dict[str, float]) -> str:
-    """The fastest candidate ("backend:config"), unless the baseline's fastest config is
-    within BASELINE_MARGIN of it: then that."""
-    fastest = min(timings, key=timings.get)
-    baseline = [key for key in timings if key.startswith(BASELINE + ":")]
-    if baseline:
-        base = min(baseline, key=timings.get)
-        if timings[base] <= timings[fastest] * (1 + BASELINE_MARGIN):
-            return base
-    return fastest
+def _winner_ms(entry: dict) -> float:
+    """The winner's figure in the entry's mode (its first figure where the final rounds of
+    that mode did not time it)."""
+    winner = f"{entry['backend']}:{entry['config']['name']}"
+    return entry["timings_ms"][entry["mode"]].get(winner, entry["screening_ms"][winner])
+
+
+def _row(entry: dict) -> tuple[str, float | None]:
+    """A summary line for the entry, and its winner's ratio to the baseline (None without
+    a baseline figure)."""
+    size = f"{entry['batch']}x[{entry['m']}x{entry['n']}x{entry['k']}]" if entry["batch"] > 1 \
+        else f"{entry['m']}x{entry['n']}x{entry['k']}"
+    winner = f"{entry['backend']}:{entry['config']['name']}"
+    best = _winner_ms(entry)
+    base = entry["baseline_ms"][entry["mode"]]
+    ratio = base / best if base else None
+    spread = entry["spread"]
+    line = (f"{size:<22} {entry['dtype']:<9} {entry['mode']:<5} {winner[:36]:<36} "
+            f"{best:>9.4f} {(f'{ratio:.2f}' if ratio else '-'):>14} "
+            f"{(f'{spread * 100:.1f}%' if spread is not None else '-'):>6}")
+    return line, ratio
 
 
 def summary(table: dict) -> str:
-    """A readable account of a tuning table: each problem's winner against cuBLAS, then every
-    dropped candidate with its reason."""
+    """A readable account of a tuning table: each problem's timing mode, winner, its ratio to
+    torch.matmul in that mode and the spread its lead had to exceed; then every dropped
+    candidate with its reason."""
     env = table.get("environment", {})
     entries = table.get("entries", {})
-    timed = sum(len(e["timings_ms"]) for e in entries.values())
+    timed = sum(len(e["screening_ms"]) for e in entries.values())
     dropped = [(key, cand, why) for key, e in entries.items()
                for cand, why in e.get("dropped", {}).items()]
     lines = [f"tuned {len(entries)} problems on {env.get('gpu') or 'no GPU'} "
              f"(cc {env.get('cc')}): {timed} candidates timed, {len(dropped)} dropped",
-             f"{'problem':<22} {'dtype':<9} {'winner':<36} {'ms':>9} {'x cuBLAS':>8}"]
-    ratios = []
+             f"{'problem':<22} {'dtype':<9} {'mode':<5} {'winner':<36} {'ms':>9} "
+             f"{'x ' + BASELINE_LABEL:>14} {'spread':>6}"]
+    ratios: dict[str, list[float]] = {}
     for e in entries.values():
-        best = e["timings_ms"][f"{e['backend']}:{e['config']['name']}"]
-        ratio = e["baseline_ms"] / best if e.get("baseline_ms") else None
+        line, ratio = _row(e)
+        lines.append(line)
         if ratio:
-            ratios.append(ratio)
-        size = f"{e['batch']}x[{e['m']}x{e['n']}x{e['k']}]" if e["batch"] > 1 else \
-            f"{e['m']}x{e['n']}x{e['k']}"
-        winner = f"{e['backend']}:{e['config']['name']}"
-        lines.append(f"{size:<22} {e['dtype']:<9} {winner[:36]:<36} {best:>9.4f} "
-                     f"{(f'{ratio:.2f}' if ratio else '-'):>8}")
-    if ratios:
-        geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        lines.append(f"geometric mean of the winners over cuBLAS: {geo:.3f}x")
+            ratios.setdefault(e["mode"], []).append(ratio)
+    for mode, found in ratios.items():
+        geo = math.exp(sum(math.log(r) for r in found) / len(found))
+        lines.append(f"geometric mean of the winners over {BASELINE_LABEL}, {mode} mode: "
+                     f"{geo:.3f}x")
     if dropped:
         lines.append("dropped candidates:")
         lines += [f"  {key} {cand}: {why}" for key, cand, why in dropped]
     return "\n".join(lines)
 
 
+def _timer(timer: Timer | None, quick: bool, mode: str) -> Timer:
+    """The timer of the run, in ``mode``: ``timer``, else the GPU timer (quick's when
+    ``quick``)."""
+    return (timer or (QUICK_TIMER if quick else GpuTimer())).in_mode(mode)
+
+
+def _backend_names(backends: Iterable[str] | None, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The backends to tune, checked against ``known``, the baseline always among them."""
+    names = known if backends is None else tuple(dict.fromkeys(backends))
+    for name in names:
+        if name not in known:
+            raise InvalidArgument(f"tune: backend {name!r}: not a backend name "
+                                  f"(known: {', '.join(known)})")
+    if BASELINE in known and BASELINE not in names:
+        names += (BASELINE,)
+    return names
+
+
 def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
-         backends: Iterable[str] | None = None, *, max_configs: int | None = None,
-         quick: bool = False, timeout_s: float = 120.0, compile_timeout_s: float = 900.0,
-         max_workers: int | None = None, progress: IO[str] | None = sys.stderr,
-         registry: Any = None, timer: Timer | None = None,
+         backends: Iterable[str] | None = None, *, mode: str = "eager",
+         max_configs: int | None = None, quick: bool = False, timeout_s: float = 120.0,
+         compile_timeout_s: float = 900.0, max_workers: int | None = None,
+         progress: IO[str] | None = sys.stderr, registry: Any = None,
+         matmul: PublicCall | None = None, timer: Timer | None = None,
          device: str | None = None, seed: int = 0) -> dict:
     """Tune ``shapes`` (suite names, ``"MxNxK"``/``"BxMxNxK"`` strings or tuples) for each of
-    ``dtypes`` over ``backends`` (default: every backend; cuBLAS is always measured) and
-    return the tuning table (save it with :func:`multibackend.tuning.save_table`).
+    ``dtypes`` over ``backends`` (default: every backend; cuBLAS, the baseline, is always
+    measured) and return the tuning table (save it with
+    :func:`multibackend.tuning.save_table`).
 
+    ``mode`` is the timing mode the choice is made in: ``"eager"`` (back-to-back public
+    calls, host time included) or ``"graph"`` (the calls captured in a CUDA graph and
+    replayed); the final comparison is timed in both, and the table records both.
     ``max_configs`` bounds the candidates per backend (the backend's first, expected best);
     ``quick`` sets it to 3 when unset and times 10 runs instead of 50. A candidate gets
-    ``timeout_s`` to run and be timed; setting up a problem or compiling a backend's
-    candidates in parallel gets ``compile_timeout_s``. ``registry`` (an object with ``names``,
-    ``get`` and ``availability``, picklable), ``timer`` (a picklable callable: no-argument
-    calls by key to each one's milliseconds, timed against each other) and ``device`` replace multibackend's registry, the GPU timer and
-    ``"cuda"``; the progress bar and the summary go to ``progress`` (None: silent).
+    ``timeout_s`` to run and be timed; setting up a problem, compiling a backend's candidates
+    in parallel or a problem's final rounds get ``compile_timeout_s``. ``registry`` (an
+    object with ``names``, ``get`` and ``availability``, picklable) replaces multibackend's
+    registry, and then ``matmul`` (the public call's stand-in, routed to that registry:
+    :data:`~multibackend.tuner_worker.PublicCall`) must replace :func:`multibackend.matmul`;
+    ``timer`` (a picklable :class:`~multibackend.tuner_worker.Timer`, put in ``mode``)
+    replaces the GPU timer and ``device`` ``"cuda"``. The progress bar and the summary go to
+    ``progress`` (None: silent).
     """
     from .registry import REGISTRY
 
+    check_mode(mode, "tune")
+    if registry is not None and matmul is None:
+        raise InvalidArgument("tune: registry is given but matmul is None: candidates are "
+                              "timed through the public call, which routes to multibackend's "
+                              "own registry; give a matmul that routes to this registry")
     source = REGISTRY if registry is None else registry
     shape_list = _shapes(shapes)
     dtype_list = [dt.canonical(d, what="tune: dtype") for d in dtypes]
     if not shape_list or not dtype_list:
         raise InvalidArgument(f"tune: shapes {list(shapes)!r} and dtypes {dtype_list!r}: "
                               "need at least one of each")
-    names = tuple(source.names) if backends is None else tuple(dict.fromkeys(backends))
-    for name in names:
-        if name not in source.names:
-            raise InvalidArgument(f"tune: backend {name!r}: not a backend name "
-                                  f"(known: {', '.join(source.names)})")
-    if BASELINE in source.names and BASELINE not in names:
-        names += (BASELINE,)
+    names = _backend_names(backends, tuple(source.names))
     if max_configs is not None and max_configs < 1:
         raise InvalidArgument(f"tune: max_configs is {max_configs!r}: must be at least 1")
     if quick and max_configs is None:
         max_configs = QUICK_CONFIGS
     device = device or ("cuda" if environment.gpu()["available"] else "cpu")
     plan = _plan(shape_list, dtype_list, names, source, device, max_configs)
-    job = Job(plan.specs, [], device, timer or (QUICK_TIMER if quick else GpuTimer()),
-              registry, max_workers, seed)
+    job = Job(plan.specs, [], device, _timer(timer, quick, mode), registry, max_workers, seed,
+              matmul)
     bar = Progress(len(plan.items), progress)
     try:
         results = _Runner(plan, job, timeout_s, compile_timeout_s, bar).run()
     finally:
         bar.close()
-    table = tuning.new_table(_entries(plan, results))
+    table = tuning.new_table(_entries(plan, results, mode))
     if progress is not None:
         for name, why in plan.unavailable.items():
             progress.write(f"{name}: not tuned, unavailable here: {why}\n")
