@@ -1,5 +1,6 @@
 """The raw WMMA backend: CUDA C++ of our own against ``nvcuda::wmma`` (``raw_wmma/*.cu``),
-compiled at run time by :mod:`multibackend.nvrtc` and launched through CuPy.
+compiled at run time by :mod:`multibackend.nvrtc` and launched through the CUDA driver API
+(:mod:`multibackend.driver`).
 
 Kernel families (one templated body each, one ``extern "C"`` entry point per instance):
 
@@ -15,18 +16,29 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
-cubin cached on disk; ``prepare`` does it ahead of a timed run.
+cubin cached on disk; ``prepare`` does it (and loads the cubin) ahead of a timed run.
+
+Launching: the first call of a kind (problem, config, operand strides and alignment, alpha
+and beta) builds its :class:`~multibackend.driver.Launch`: the loaded function, grid, block,
+dynamic shared memory and an argument buffer laid out as the kernel's parameter list
+(:data:`GEMM_PARAMS`, :data:`DOT_PARAMS`, :data:`DOT_FINAL_PARAMS`, kept in step with the
+``extern "C"`` signatures, which a CPU test parses). Every later call of that kind, through
+``run`` or the function ``bind`` returns, writes only the array pointers into the buffer and
+calls ``cuLaunchKernel`` with the caller's raw stream handle: no allocation, no
+synchronization, nothing CuPy or torch does per launch. The dot's scratch buffer for the
+block partials is allocated once per (device, stream).
 """
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from multibackend import nvrtc
-from multibackend.arrays import cupy_stream
+from multibackend import driver, nvrtc
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.driver import FLOAT64, INT32, INT64, POINTER, Param
+from multibackend.environment import package_version
 from multibackend.errors import InvalidArgument
 from multibackend.problem import Operand, Problem
 from multibackend.raw_wmma import source_path
@@ -70,6 +82,30 @@ WARP_FRAGS = {"16x16x16": (2, 2), "32x8x16": (1, 4), "8x32x16": (4, 1), "16x16x8
 SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "float64": "f64",
          "int8": "s8", "uint8": "u8", "int4": "s4", "uint4": "u4"}
 BLOCKS_PER_SM = {"dot_8bps": 8, "dot_4bps": 4}
+
+#: the parameters of each entry point, named and typed as the extern "C" signatures of
+#: raw_wmma/*.cu declare them (RW_FAST, RW_GENERIC, RW_SUBBYTE, RW_DOT, RW_DOT_FINAL)
+_GEMM_HEAD: tuple[Param, ...] = (("a", POINTER), ("b", POINTER), ("c", POINTER), ("d", POINTER),
+                                 ("M", INT32), ("N", INT32))
+_OPERAND_STRIDES: tuple[Param, ...] = (("sam", INT64), ("sak", INT64), ("sbk", INT64),
+                                       ("sbn", INT64))
+_EPILOGUE: tuple[Param, ...] = (("scm", INT64), ("scn", INT64), ("sba", INT64), ("sbb", INT64),
+                                ("sbc", INT64), ("batch", INT32), ("alpha", FLOAT64),
+                                ("beta", FLOAT64), ("c_code", INT32), ("d_code", INT32))
+GEMM_PARAMS: dict[str, tuple[Param, ...]] = {
+    "wmma_fast.cu": _GEMM_HEAD + (("K", INT32), ("lda", INT64), ("ldb", INT64)) + _EPILOGUE
+    + (("vec_ok", INT32),),
+    "wmma_generic.cu": _GEMM_HEAD + (("K", INT32),) + _OPERAND_STRIDES + _EPILOGUE
+    + (("satf", INT32),),
+    "wmma_subbyte.cu": _GEMM_HEAD + (("kbytes", INT32),) + _OPERAND_STRIDES + _EPILOGUE
+    + (("satf", INT32),),
+}
+DOT_PARAMS: tuple[Param, ...] = (("x", POINTER), ("sx", INT64), ("y", POINTER), ("sy", INT64),
+                                 ("n", INT64), ("partial", POINTER))
+DOT_FINAL_PARAMS: tuple[Param, ...] = (("partial", POINTER), ("count", INT32), ("out", POINTER),
+                                       ("d_code", INT32))
+#: prepared launches kept for ``run`` (cleared when full)
+LAUNCH_CACHE_LIMIT = 1024
 
 _SATF_NOTE = ("saturate=True applies WMMA's satf in the epilogue (the f16 mma_sync of CUDA 13 "
               "takes no satf flag): +-inf -> +-65504, NaN -> +0")
@@ -230,15 +266,103 @@ def dot_kernel_name(problem: Problem, vec: bool) -> str:
     return name
 
 
+def dot_final_name(problem: Problem) -> str:
+    """The pass-2 dot entry point: it sums float64 partials for float32 and float64 inputs,
+    float32 partials for 16-bit ones."""
+    return "rw_dot_final_f64" if _wide_dot(problem) else "rw_dot_final_f32"
+
+
+def _wide_dot(problem: Problem) -> bool:
+    return problem.in_dtype in ("float32", "float64")
+
+
+# ---- launch arguments ---------------------------------------------------------------------
+
+def _strides3(t: Any) -> tuple[int, int, int]:
+    """A 2-D or 3-D operand's (batch, row, column) strides; 0 as the batch stride of 2-D."""
+    s = t.stride()
+    return s if len(s) == 3 else (0, *s)
+
+
+def gemm_c(problem: Problem, ops: Operands) -> Any:
+    """The C operand the kernel reads, or None (no C, or beta = 0)."""
+    return ops.c if (ops.c is not None and problem.has_c and ops.beta != 0) else None
+
+
+def gemm_grid(problem: Problem, kernel: Kernel) -> tuple[int, int, int]:
+    """The grid of a GEMM kernel: x over the output tiles, y over the batch (each block loops
+    over the batch entries beyond MAX_GRID_Y)."""
+    bm, bn = kernel.tile
+    return -(-problem.m // bm) * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
+
+
+def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str, int | float]:
+    """The value of each parameter of ``kernel`` (named as in :data:`GEMM_PARAMS`) for the
+    operands ``ops``, which may be 2-D (batch 1) or 3-D."""
+    a, b, d = ops.a, ops.b, ops.d
+    c = gemm_c(problem, ops)
+    sa, sb = _strides3(a), _strides3(b)
+    sc = _strides3(c) if c is not None else (0, 0, 0)
+    code = ELEM_CODES[problem.d_dtype]  # C has D's dtype
+    values: dict[str, int | float] = {
+        "a": a.data_ptr(), "b": b.data_ptr(), "c": c.data_ptr() if c is not None else 0,
+        "d": d.data_ptr(), "M": problem.m, "N": problem.n,
+        "scm": sc[1], "scn": sc[2], "sba": sa[0], "sbb": sb[0], "sbc": sc[0],
+        "batch": problem.batch, "alpha": float(ops.alpha), "beta": float(ops.beta),
+        "c_code": code, "d_code": code}
+    if kernel.source == "wmma_fast.cu":
+        values.update(
+            K=problem.k, lda=sa[1] if problem.a.layout == "row" else sa[2],
+            ldb=sb[1] if problem.b.layout == "row" else sb[2],
+            vec_ok=int(problem.d_dtype == problem.in_dtype and problem.n % 8 == 0
+                       and d.data_ptr() % 16 == 0))
+    else:
+        values.update(sam=sa[1], sak=sa[2], sbk=sb[1], sbn=sb[2], satf=int(problem.saturate))
+        if kernel.source == "wmma_subbyte.cu":
+            values["kbytes"] = a.shape[-1]
+        else:
+            values["K"] = problem.k
+    return values
+
+
+def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple[bool, int]:
+    """(whether pass 1 reads 16-byte vectors, its number of blocks) for ``ops`` on a device
+    of ``sms`` multiprocessors."""
+    x, y = ops.a, ops.b
+    vec = (x.stride(0) == 1 and y.stride(0) == 1 and x.data_ptr() % 16 == 0
+           and y.data_ptr() % 16 == 0)
+    per_step = 16 // x.element_size() if vec else 1
+    wanted = -(-problem.k // (DOT_THREADS * per_step * DOT_UNROLL))
+    return vec, max(1, min(BLOCKS_PER_SM[config.name] * sms, wanted))
+
+
+def dot_arguments(problem: Problem, ops: Operands, partial: int,
+                  blocks: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The values of the parameters of dot's pass 1 (:data:`DOT_PARAMS`) and pass 2
+    (:data:`DOT_FINAL_PARAMS`), ``partial`` the address of the block partials."""
+    x, y = ops.a, ops.b
+    first = {"x": x.data_ptr(), "sx": x.stride(0), "y": y.data_ptr(), "sy": y.stride(0),
+             "n": problem.k, "partial": partial}
+    final = {"partial": partial, "count": blocks, "out": ops.d.data_ptr(),
+             "d_code": ELEM_CODES[problem.d_dtype]}
+    return first, final
+
+
 # ---- the backend ------------------------------------------------------------------------
+
+#: a prepared launch: (a, b, c, d, stream) -> None (see Backend.bind)
+BoundLaunch = Callable[[Any, Any, Any, Any, int], None]
+
 
 class RawWmmaBackend(Backend):
     name = "raw_wmma"
+    takes_matrices = True  # the kernels read 2-D operands as batch-1 ones
 
     def __init__(self) -> None:
         self._capability = _capability()
-        self._functions: dict[tuple[int, str], Any] = {}
-        self._scratch: dict[tuple[int, int, str], Any] = {}
+        self._functions: dict[tuple[int, str], driver.Function] = {}
+        self._scratch: dict[tuple[int, int, bool], tuple[Any, int]] = {}
+        self._launches: dict[tuple, BoundLaunch] = {}
         self._lock = threading.Lock()
 
     @property
@@ -247,10 +371,10 @@ class RawWmmaBackend(Backend):
 
     def available(self) -> Reason | None:
         try:
-            import cupy  # noqa: F401
+            import cuda.bindings.driver  # noqa: F401
             import torch
         except Exception as exc:  # noqa: BLE001 - recorded, never raised
-            return self.unavailable("import", f"cupy/torch not importable: {exc}")
+            return self.unavailable("import", f"torch/cuda.bindings not importable: {exc}")
         try:
             if not torch.cuda.is_available():
                 return self.unavailable("environment", "no CUDA GPU visible")
@@ -261,9 +385,8 @@ class RawWmmaBackend(Backend):
         return None
 
     def versions(self) -> dict[str, str]:
-        import cupy
-
-        return {"compiler": nvrtc.compiler_version(), "cupy": cupy.__version__}
+        return {"compiler": nvrtc.compiler_version(),
+                "cuda-bindings": package_version("cuda-bindings") or "none"}
 
     def note(self, problem: Problem) -> str | None:
         notes = [self.capability.note(problem)]
@@ -322,118 +445,133 @@ class RawWmmaBackend(Backend):
             cc = torch.cuda.get_device_capability(device)
         return f"sm_{cc[0]}{cc[1]}"
 
-    def _function(self, problem: Problem, source: str, name: str, smem: int = 0):
+    def _function(self, problem: Problem, source: str, name: str,
+                  smem: int = 0) -> driver.Function:
         device = self._device_index(problem)
         key = (device, name)
-        with self._lock:
-            fn = self._functions.get(key)
-            if fn is None:
-                import cupy
-
-                compiled = nvrtc.compile_cubin(source_path(source), name,
-                                               self._arch(problem, device), [f"RW_ONLY={name}"])
-                with cupy.cuda.Device(device):
-                    fn = cupy.RawModule(path=str(compiled.path)).get_function(name)
-                    if smem > 48 * 1024:
-                        fn.max_dynamic_shared_size_bytes = smem
-                self._functions[key] = fn
+        fn = self._functions.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._functions.get(key)
+                if fn is None:
+                    compiled = nvrtc.compile_cubin(source_path(source), name,
+                                                   self._arch(problem, device),
+                                                   [f"RW_ONLY={name}"])
+                    fn = driver.load(compiled.path.read_bytes(), name, device, smem)
+                    self._functions[key] = fn
         return fn
 
     def prepare(self, problem: Problem, config: Config) -> None:
         kernel = kernel_for(problem, config)
         if problem.op == "dot":
-            final = "rw_dot_final_f64" if problem.in_dtype in ("float32", "float64") else \
-                "rw_dot_final_f32"
             for vec in (True, False):
                 self._function(problem, kernel.source, dot_kernel_name(problem, vec))
-            self._function(problem, kernel.source, final)
+            self._function(problem, kernel.source, dot_final_name(problem))
         else:
             self._function(problem, kernel.source, kernel.name, kernel.smem)
 
     # -- launch --
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
-        import cupy
+        self.bind(problem, config, operands)(operands.a, operands.b, operands.c, operands.d,
+                                             operands.stream)
 
-        kernel = kernel_for(problem, config)
-        device = self._device_index(problem)
-        with cupy.cuda.Device(device):
-            stream = cupy_stream(operands.stream, device)
+    def bind(self, problem: Problem, config: Config, operands: Operands) -> BoundLaunch:
+        """The launch of ``problem`` under ``config`` for operands like ``operands``, prepared
+        once and kept (keyed by what its argument buffer holds besides the array pointers)."""
+        key = self._launch_key(problem, config, operands)
+        bound = self._launches.get(key)
+        if bound is None:
+            kernel = kernel_for(problem, config)
             if problem.op == "dot":
-                self._run_dot(problem, operands, config, kernel, stream, device)
+                bound = self._bind_dot(problem, config, kernel, operands)
             else:
-                self._run_gemm(problem, operands, kernel, stream)
+                bound = self._bind_gemm(problem, kernel, operands)
+            with self._lock:
+                if len(self._launches) >= LAUNCH_CACHE_LIMIT:
+                    self._launches.clear()
+                self._launches[key] = bound
+        return bound
 
-    def _run_gemm(self, problem: Problem, ops: Operands, kernel: Kernel, stream) -> None:
-        import numpy as np
+    @staticmethod
+    def _launch_key(problem: Problem, config: Config, ops: Operands) -> tuple:
+        """Everything a prepared launch holds that the arrays' pointers do not give: the
+        problem, the config, the operands' strides and the alignments the kernels test."""
+        a, b = ops.a, ops.b
+        if problem.op == "dot":
+            return (problem, config.name, a.stride(), b.stride(), a.data_ptr() % 16 == 0,
+                    b.data_ptr() % 16 == 0)
+        c = gemm_c(problem, ops)
+        return (problem, config.name, a.stride(), b.stride(), a.shape[-1],
+                c.stride() if c is not None else None, ops.d.data_ptr() % 16 == 0,
+                ops.alpha, ops.beta)
 
+    def _bind_gemm(self, problem: Problem, kernel: Kernel, ops: Operands) -> BoundLaunch:
         fn = self._function(problem, kernel.source, kernel.name, kernel.smem)
-        a, b, d = ops.a, ops.b, ops.d
-        m, n, batch = problem.m, problem.n, problem.batch
-        c = ops.c if (ops.c is not None and problem.has_c and ops.beta != 0) else None
-        c_ptr = np.uint64(c.data_ptr() if c is not None else 0)
-        c_strides = (c.stride(1), c.stride(2), c.stride(0)) if c is not None else (0, 0, 0)
-        c_code = ELEM_CODES[problem.d_dtype]
-        d_code = ELEM_CODES[problem.d_dtype]
-        bm, bn = kernel.tile
-        grid = ((-(-m // bm)) * (-(-n // bn)), min(batch, MAX_GRID_Y), 1)
-        i64, i32, f64 = np.int64, np.int32, np.float64
-        common_tail = (i64(c_strides[0]), i64(c_strides[1]), i64(a.stride(0)), i64(b.stride(0)),
-                       i64(c_strides[2]), i32(batch), f64(ops.alpha), f64(ops.beta),
-                       i32(c_code), i32(d_code))
-        head = (np.uint64(a.data_ptr()), np.uint64(b.data_ptr()), c_ptr,
-                np.uint64(d.data_ptr()), i32(m), i32(n))
-        if kernel.source == "wmma_fast.cu":
-            lda = a.stride(1) if problem.a.layout == "row" else a.stride(2)
-            ldb = b.stride(1) if problem.b.layout == "row" else b.stride(2)
-            vec_ok = int(problem.d_dtype == problem.in_dtype and n % 8 == 0
-                         and d.data_ptr() % 16 == 0)
-            args = head + (i32(problem.k), i64(lda), i64(ldb)) + common_tail + (i32(vec_ok),)
-        else:
-            k = a.shape[2] if kernel.source == "wmma_subbyte.cu" else problem.k
-            args = head + (i32(k), i64(a.stride(1)), i64(a.stride(2)), i64(b.stride(1)),
-                           i64(b.stride(2))) + common_tail + (i32(int(problem.saturate)),)
-        fn(grid, (kernel.threads, 1, 1), args, shared_mem=kernel.smem, stream=stream)
+        args = driver.Arguments(kernel.name, GEMM_PARAMS[kernel.source],
+                                gemm_arguments(problem, ops, kernel))
+        launch = driver.Launch(fn, gemm_grid(problem, kernel), (kernel.threads, 1, 1),
+                               kernel.smem, args).launch
+        slots, with_c, lock = args.values, gemm_c(problem, ops) is not None, threading.Lock()
 
-    def _run_dot(self, problem: Problem, ops: Operands, config: Config, kernel: Kernel,
-                 stream, device: int) -> None:
-        import numpy as np
+        def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+            with lock:  # the slots are shared: one launch at a time writes and reads them
+                slots.a = a.data_ptr()
+                slots.b = b.data_ptr()
+                if with_c:
+                    slots.c = c.data_ptr()
+                slots.d = d.data_ptr()
+                launch(stream)
+        return bound
+
+    def _bind_dot(self, problem: Problem, config: Config, kernel: Kernel,
+                  ops: Operands) -> BoundLaunch:
         import torch
 
-        x, y = ops.a, ops.b
-        n = problem.k
-        wide = problem.in_dtype in ("float32", "float64")
-        vec = (x.stride(0) == 1 and y.stride(0) == 1 and x.data_ptr() % 16 == 0
-               and y.data_ptr() % 16 == 0)
-        per_step = 16 // x.element_size() if vec else 1
+        device = self._device_index(problem)
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        wanted = -(-n // (DOT_THREADS * per_step * DOT_UNROLL))
-        blocks = max(1, min(BLOCKS_PER_SM[config.name] * sms, wanted))
-        partial = self._partials(device, ops.stream, sms, torch.float64 if wide else torch.float32)
-        first = self._function(problem, kernel.source, dot_kernel_name(problem, vec))
-        final = self._function(problem, kernel.source,
-                               "rw_dot_final_f64" if wide else "rw_dot_final_f32")
-        i64 = np.int64
-        first((blocks, 1, 1), (DOT_THREADS, 1, 1),
-              (np.uint64(x.data_ptr()), i64(x.stride(0)), np.uint64(y.data_ptr()),
-               i64(y.stride(0)), i64(n), np.uint64(partial.data_ptr())), stream=stream)
-        final((1, 1, 1), (DOT_THREADS, 1, 1),
-              (np.uint64(partial.data_ptr()), np.int32(blocks), np.uint64(ops.d.data_ptr()),
-               np.int32(ELEM_CODES[problem.d_dtype])), stream=stream)
+        vec, blocks = dot_plan(problem, ops, config, sms)
+        wide = _wide_dot(problem)
+        first_fn = self._function(problem, kernel.source, dot_kernel_name(problem, vec))
+        final_fn = self._function(problem, kernel.source, dot_final_name(problem))
+        first_values, final_values = dot_arguments(
+            problem, ops, self._partials(device, ops.stream, sms, wide), blocks)
+        first_args = driver.Arguments(first_fn.name, DOT_PARAMS, first_values)
+        final_args = driver.Arguments(final_fn.name, DOT_FINAL_PARAMS, final_values)
+        block = (kernel.threads, 1, 1)
+        first = driver.Launch(first_fn, (blocks, 1, 1), block, 0, first_args).launch
+        final = driver.Launch(final_fn, (1, 1, 1), block, 0, final_args).launch
+        first_slots, final_slots, lock = first_args.values, final_args.values, threading.Lock()
+        partials = self._partials
 
-    def _partials(self, device: int, stream: int, sms: int, dtype):
-        """A per-(device, stream) buffer for the block partials, kept for the backend's life
-        (so no allocator can hand it to other work while a kernel on ``stream`` reads it)."""
-        import torch
+        def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+            partial = partials(device, stream, sms, wide)
+            with lock:  # the slots are shared: one launch at a time writes and reads them
+                first_slots.x = a.data_ptr()
+                first_slots.y = b.data_ptr()
+                first_slots.partial = final_slots.partial = partial
+                final_slots.out = d.data_ptr()
+                first(stream)
+                final(stream)
+        return bound
 
-        size = max(BLOCKS_PER_SM.values()) * sms
-        key = (device, stream, str(dtype))
-        with self._lock:
-            buf = self._scratch.get(key)
-            if buf is None:
-                buf = torch.empty(size, dtype=dtype, device=f"cuda:{device}")
-                self._scratch[key] = buf
-        return buf
+    def _partials(self, device: int, stream: int, sms: int, wide: bool) -> int:
+        """The address of a per-(device, stream) buffer for the dot's block partials (float64
+        when ``wide``, else float32), kept for the backend's life (so no allocator can hand it
+        to other work while a kernel on ``stream`` reads it)."""
+        key = (device, stream, wide)
+        found = self._scratch.get(key)
+        if found is None:
+            import torch
+
+            with self._lock:
+                found = self._scratch.get(key)
+                if found is None:
+                    buf = torch.empty(max(BLOCKS_PER_SM.values()) * sms,
+                                      dtype=torch.float64 if wide else torch.float32,
+                                      device=f"cuda:{device}")
+                    found = self._scratch[key] = (buf, buf.data_ptr())
+        return found[1]
 
 
 def create() -> Backend:

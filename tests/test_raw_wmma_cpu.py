@@ -10,24 +10,35 @@
 - NVRTC: cubins land in the cache, a second process compiles nothing, a corrupt entry is
   rebuilt, a compile error carries the log and the kernel's name; nvcc stands in without NVRTC.
 - The capability table, configs and explain() notes.
+- Launching through the driver API: each kernel family's parameter list matches its
+  ``extern "C"`` signature; the argument buffer holds every parameter's value, in its C type,
+  at the address kernelParams gives for it (2-D and 3-D operands, C, sub-byte, dot); a fake
+  driver module records what ``run`` and ``bind`` launch: a buffer built once per kind of
+  call, only the pointers rewritten, the primary context pushed only when it is not current,
+  a refused launch named with its kernel and CUresult.
 """
 from __future__ import annotations
 
+import ctypes
+import math
 import os
 import re
+import struct
 import subprocess
 import sys
 import textwrap
+import types
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
-from multibackend import nvrtc, toolchain
+from multibackend import driver, nvrtc, toolchain
 from multibackend.backends import raw_wmma as rw
-from multibackend.backends.base import Config
-from multibackend.errors import CompileError, InvalidArgument
+from multibackend.backends.base import Config, Operands
+from multibackend.errors import CompileError, InvalidArgument, KernelRefused
 from multibackend.problem import synthetic, synthetic_dot
 from multibackend.raw_wmma import SOURCE_DIR
 
@@ -415,3 +426,270 @@ def test_kernel_names_follow_problem():
     assert backend.supports(d) is None
     assert rw.dot_kernel_name(d, True) == "rw_dot_f16_vec_hfma2"
     assert rw.dot_kernel_name(synthetic_dot(10, "float32"), False) == "rw_dot_f32_strided"
+
+
+# ---- launching through the driver API ----------------------------------------------------
+
+_C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLOAT64}
+_SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
+               ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
+               ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
+               ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
+               ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS}
+
+
+def kernel_signature(source: str, macro: str) -> list[tuple[str, type]]:
+    """(name, ctypes type) of each parameter of the entry points ``macro`` defines in
+    ``source``, read from the ``extern "C"`` signature in the macro's body."""
+    text = (SOURCE_DIR / source).read_text()
+    body = re.search(rf"#define {macro}\(.*?\n((?:.*\\\n)*.*)", text).group(1).replace("\\\n", "")
+    params = re.search(r"extern \"C\" __global__ void [^)]*\)\s*NAME\(([^)]*)\)", body).group(1)
+    out = []
+    for param in params.split(","):
+        ctype, name = " ".join(param.split()).rsplit(" ", 1)
+        out.append((name, driver.POINTER if ctype.endswith("*") else
+                    _C_TYPES[ctype.removeprefix("const ")]))
+    return out
+
+
+@pytest.mark.parametrize("source,macro", list(_SIGNATURES))
+def test_parameter_lists_match_the_kernel_signatures(source, macro):
+    assert kernel_signature(source, macro) == list(_SIGNATURES[(source, macro)])
+
+
+def _read(params, kernel_params: int) -> dict[str, int | float]:
+    """What cuLaunchKernel reads for each parameter: sizeof(its type) bytes at the address
+    ``kernel_params[i]`` holds."""
+    pointers = (ctypes.c_void_p * len(params)).from_address(kernel_params)
+    out = {}
+    for i, (name, ctype) in enumerate(params):
+        raw = ctypes.string_at(pointers[i], ctypes.sizeof(ctype))
+        fmt = {driver.POINTER: "<Q", driver.INT32: "<i", driver.INT64: "<q",
+               driver.FLOAT64: "<d"}[ctype]
+        out[name] = struct.unpack(fmt, raw)[0]
+    return out
+
+
+def _slots(args: driver.Arguments) -> dict[str, int | float]:
+    return _read(args.params, args.address)
+
+
+def _tensor(shape, dtype=torch.float16, offset=0):
+    flat = torch.zeros(math.prod(shape) + offset, dtype=dtype)
+    return flat[offset:].view(shape)
+
+
+def test_generic_argument_buffer_holds_each_parameter_at_its_pointer():
+    m, n, k, batch = 37, 45, 53, 3
+    a = _tensor((batch, k + 3, m)).transpose(1, 2)[:, :, :k]  # column-major, batches apart
+    b = _tensor((batch, k, n))
+    c = _tensor((n, m)).t()[None].expand(batch, m, n)  # broadcast, column-major
+    d = _tensor((batch, m, n))
+    problem = synthetic(m, n, k, "float16", batch=batch, a_layout="col", has_c=True)
+    ops = Operands(a, b, c, d, alpha=0.5, beta=-2.0, stream=7)
+    kernel = rw.kernel_for(problem, Config.of("wmma_32x8x16"))
+    assert kernel.name == "rw_gemm_f16_f32_32x8x16_cr"
+    args = driver.Arguments(kernel.name, rw.GEMM_PARAMS[kernel.source],
+                            rw.gemm_arguments(problem, ops, kernel))
+    assert _slots(args) == {
+        "a": a.data_ptr(), "b": b.data_ptr(), "c": c.data_ptr(), "d": d.data_ptr(),
+        "M": m, "N": n, "K": k, "sam": 1, "sak": m, "sbk": n, "sbn": 1,
+        "scm": 1, "scn": m, "sba": (k + 3) * m, "sbb": k * n, "sbc": 0, "batch": batch,
+        "alpha": 0.5, "beta": -2.0, "c_code": 0, "d_code": 0, "satf": 0}
+    assert kernel.tile == (64, 64) and rw.gemm_grid(problem, kernel) == (1, batch, 1)
+
+
+def test_fast_and_sub_byte_arguments_from_matrices_as_given():
+    m, n, k = 300, 264, 136
+    a, b, d = _tensor((m, k)), _tensor((n, k)).t(), _tensor((1, m, n))
+    problem = synthetic(m, n, k, "bfloat16", b_layout="col", out_dtype="float32")
+    kernel = rw.kernel_for(problem, Config.of("fast_128x128x64_s3"))
+    values = _slots(driver.Arguments(kernel.name, rw.GEMM_PARAMS[kernel.source],
+                                     rw.gemm_arguments(problem, Operands(a, b, None, d), kernel)))
+    assert values == {"a": a.data_ptr(), "b": b.data_ptr(), "c": 0, "d": d.data_ptr(),
+                      "M": m, "N": n, "K": k, "lda": k, "ldb": k, "scm": 0, "scn": 0, "sba": 0,
+                      "sbb": 0, "sbc": 0, "batch": 1, "alpha": 1.0, "beta": 0.0, "c_code": 2,
+                      "d_code": 2, "vec_ok": 0}  # float32 out from bfloat16: no 16-byte stores
+    assert rw.gemm_grid(problem, kernel) == (3 * 3, 1, 1)
+    sub = synthetic(64, 40, 256, "bit", bitop="and", b_layout="col")
+    ap, bp = _tensor((64, 32), torch.uint8), _tensor((40, 32), torch.uint8).t()
+    dp = _tensor((64, 40), torch.int32)
+    kernel = rw.kernel_for(sub, Config.of("wmma_8x8x128"))
+    values = rw.gemm_arguments(sub, Operands(ap, bp, None, dp, alpha=3, beta=0), kernel)
+    assert (values["kbytes"], values["sam"], values["sak"], values["sbk"], values["sbn"],
+            values["alpha"], values["d_code"]) == (32, 32, 1, 1, 32, 3.0, 4)
+
+
+def test_dot_arguments_and_blocks():
+    x, y = _tensor((5000,), torch.float32), _tensor((10000,), torch.float32)[::2]
+    problem = synthetic_dot(5000, "float32")
+    ops = Operands(x, y, None, _tensor((1,), torch.float32))
+    vec, blocks = rw.dot_plan(problem, ops, Config.of("dot_8bps"), sms=132)
+    assert not vec and blocks == -(-5000 // (rw.DOT_THREADS * rw.DOT_UNROLL))
+    first, final = rw.dot_arguments(problem, ops, partial=0x7000, blocks=blocks)
+    assert _slots(driver.Arguments("rw_dot_f32_strided", rw.DOT_PARAMS, first)) == {
+        "x": x.data_ptr(), "sx": 1, "y": y.data_ptr(), "sy": 2, "n": 5000, "partial": 0x7000}
+    assert _slots(driver.Arguments("rw_dot_final_f64", rw.DOT_FINAL_PARAMS, final)) == {
+        "partial": 0x7000, "count": blocks, "out": ops.d.data_ptr(), "d_code": 2}
+    assert rw.dot_final_name(problem) == "rw_dot_final_f64"  # float64 partials, float32 out
+    long = Operands(_tensor((1 << 24,)), _tensor((1 << 24,)), None, _tensor((1,)))
+    assert rw.dot_plan(synthetic_dot(1 << 24), long, Config.of("dot_4bps"), 132) == (True, 528)
+
+
+def test_arguments_refuse_missing_unknown_and_out_of_range_values():
+    params = rw.DOT_FINAL_PARAMS
+    with pytest.raises(ValueError, match=r"rw_dot_final_f32.*\['out'\] missing.*\['extra'\]"):
+        driver.Arguments("rw_dot_final_f32", params,
+                         {"partial": 1, "count": 2, "d_code": 0, "extra": 1})
+    with pytest.raises(OverflowError, match=r"count of rw_dot_final_f32 is 2147483648"):
+        driver.Arguments("rw_dot_final_f32", params,
+                         {"partial": 1, "count": 2**31, "out": 3, "d_code": 0})
+    with pytest.raises(OverflowError, match="partial"):
+        driver.Arguments("rw_dot_final_f32", params,
+                         {"partial": -1, "count": 1, "out": 3, "d_code": 0})
+
+
+class FakeDriver:
+    """The part of ``cuda.bindings.driver`` the launch path calls, recording each launch
+    with the parameter values the kernel would receive (``signatures``: each kernel's
+    parameter list, filled in as kernels are compiled)."""
+
+    def __init__(self, signatures: dict[str, tuple]):
+        from cuda.bindings import driver as real
+
+        self.CUresult = real.CUresult
+        self.CUfunction_attribute = real.CUfunction_attribute
+        self.signatures = signatures
+        self.compiled: list[tuple] = []
+        self.current = 0
+        self.stack: list[int] = []
+        self.loaded: list[tuple[str, int]] = []
+        self.smem: dict[str, int] = {}
+        self.launches: list[dict] = []
+        self.result = 0
+
+    def cuInit(self, flags):
+        return (0,)
+
+    def cuDeviceGet(self, ordinal):
+        return (0, ordinal)
+
+    def cuDevicePrimaryCtxRetain(self, device):
+        return (0, 0x1000 + device)
+
+    def cuCtxGetCurrent(self):
+        return (0, self.current)
+
+    def cuCtxPushCurrent(self, context):
+        self.stack.append(self.current)
+        self.current = int(context)
+        return (0,)
+
+    def cuCtxPopCurrent(self):
+        popped, self.current = self.current, self.stack.pop()
+        return (0, popped)
+
+    def cuModuleLoadData(self, image):
+        return (0, bytes(image))
+
+    def cuModuleGetFunction(self, module, name):
+        self.loaded.append((name.decode(), self.current))
+        return (0, name.decode())
+
+    def cuFuncSetAttribute(self, function, attribute, value):
+        assert attribute == self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        self.smem[function] = value
+        return (0,)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self.launches.append({"kernel": f, "grid": (gx, gy, gz), "block": (bx, by, bz),
+                              "smem": smem, "stream": stream, "context": self.current,
+                              "extra": extra, "args": _read(self.signatures[f], params)})
+        return (self.result,)
+
+    def cuGetErrorString(self, error):
+        return (0, b"invalid argument")
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    pytest.importorskip("cuda.bindings.driver")
+    signatures = {}
+    fake = FakeDriver(signatures)
+    monkeypatch.setattr(driver, "bindings", lambda: fake)
+    monkeypatch.setattr(driver, "_contexts", {})
+    def compile_cubin(source, kernel, arch, defines=()):
+        fake.compiled.append((source.name, kernel, arch, tuple(defines)))
+        signatures[kernel] = (rw.GEMM_PARAMS.get(source.name) or
+                              (rw.DOT_FINAL_PARAMS if "final" in kernel else rw.DOT_PARAMS))
+        return nvrtc.Compiled(SOURCE_DIR / source.name, built=True)  # any file: not parsed
+    monkeypatch.setattr(nvrtc, "compile_cubin", compile_cubin)
+    return fake
+
+
+def test_run_launches_with_a_buffer_built_once_and_pointers_rewritten(fake_driver):
+    backend = rw.create()
+    m, n, k = 200, 264, 136
+    problem = synthetic(m, n, k, "float16", cc=(9, 0))
+    config = Config.of("fast_128x256x32_s3")
+    first = Operands(_tensor((m, k)), _tensor((k, n)), None, _tensor((m, n)), stream=0x55)
+    backend.run(problem, first, config)
+    name = "rw_fast_f16_128x256x32_s3_rr"
+    assert fake_driver.compiled == [("wmma_fast.cu", name, "sm_90", (f"RW_ONLY={name}",))]
+    assert fake_driver.loaded == [(name, 0x1000)]  # in the primary context of device 0
+    smem = rw.fast_smem_bytes(128, 256, 32, 3, True, True)
+    assert smem > 48 * 1024 and fake_driver.smem == {name: smem}
+    assert fake_driver.current == 0 and not fake_driver.stack  # pushed and popped
+    launch = fake_driver.launches[-1]
+    assert (launch["kernel"], launch["grid"], launch["block"], launch["smem"], launch["stream"],
+            launch["context"], launch["extra"]) == (name, (2 * 2, 1, 1), (256, 1, 1), smem,
+                                                    0x55, 0x1000, 0)
+    assert launch["args"]["a"] == first.a.data_ptr() and launch["args"]["vec_ok"] == 1
+
+    fake_driver.current = 0x1000  # the primary context already current: nothing pushed
+    second = Operands(_tensor((m, k), offset=64), _tensor((k, n)), None, _tensor((m, n)),
+                      stream=0)
+    bound = backend.bind(problem, config, second)
+    assert len(backend._launches) == 1  # the same kind of call: the launch run built
+    bound(second.a, second.b, None, second.d, 0)
+    again = fake_driver.launches[-1]
+    assert again["args"] == dict(launch["args"], a=second.a.data_ptr(), b=second.b.data_ptr(),
+                                 d=second.d.data_ptr())
+    assert again["stream"] == 0 and again["context"] == 0x1000 and not fake_driver.stack
+    assert len(fake_driver.compiled) == 1
+
+    fake_driver.result = 1
+    with pytest.raises(KernelRefused, match=rf"cuLaunchKernel of {name} .* stream 0x9\) on "
+                                            r"device 0 failed: CUDA_ERROR_INVALID_VALUE"):
+        bound(second.a, second.b, None, second.d, 9)
+
+
+def test_run_with_c_and_the_dot_passes(fake_driver, monkeypatch):
+    backend = rw.create()
+    fake_driver.current = 0x1000
+    problem = synthetic(40, 24, 16, "int8", has_c=True, cc=(8, 0))
+    ops = Operands(_tensor((40, 16), torch.int8), _tensor((16, 24), torch.int8),
+                   _tensor((40, 24), torch.int32), _tensor((40, 24), torch.int32), 2, -1, 3)
+    backend.run(problem, ops, Config.of("wmma_16x16x16"))
+    values = fake_driver.launches[-1]["args"]
+    assert (values["c"], values["alpha"], values["beta"], values["satf"]) == (
+        ops.c.data_ptr(), 2.0, -1.0, 0)
+    assert fake_driver.compiled[-1][2] == "sm_80"
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(backend, "_partials", lambda device, stream, sms, wide: 0x9000 + stream)
+    dot = synthetic_dot(20000, "float16")
+    x, y, d = _tensor((20000,)), _tensor((20000,)), _tensor((1,), torch.float32)
+    for stream in (1, 2):
+        backend.run(dot, Operands(x, y, None, d, stream=stream), Config.of("dot_8bps"))
+    blocks = 3  # 20000 halves, 256 threads each with 4 steps of 8 halves in flight
+    first, final = fake_driver.launches[-2:]
+    assert (first["kernel"], first["grid"], final["kernel"], final["grid"]) == (
+        "rw_dot_f16_vec", (blocks, 1, 1), "rw_dot_final_f32", (1, 1, 1))
+    assert first["args"] == {"x": x.data_ptr(), "sx": 1, "y": y.data_ptr(), "sy": 1, "n": 20000,
+                             "partial": 0x9002}
+    assert final["args"] == {"partial": 0x9002, "count": blocks, "out": d.data_ptr(),
+                             "d_code": 2}
+    assert fake_driver.launches[-4]["args"]["partial"] == 0x9001  # a buffer per stream
+    assert len(backend._launches) == 2
