@@ -154,8 +154,9 @@ class CublasBackend(Backend):
             torch.baddbmm(_as_batch(c, batch), a3, b3, beta=beta, alpha=alpha, out=d3)
         elif alpha != 1:
             torch.baddbmm(d3, a3, b3, beta=0, alpha=alpha, out=d3)
-        else:
-            torch.bmm(a3, b3, out=d3)
+        else:  # a broadcast operand goes as one matrix: torch folds the batch into M
+            torch.matmul(a3[0] if a3.stride(0) == 0 else a3,
+                         b3[0] if b3.stride(0) == 0 else b3, out=d3)
 
     @staticmethod
     def _lt(problem: Problem, ops: Operands) -> None:
@@ -178,23 +179,28 @@ class CublasBackend(Backend):
             d.add_(_as_batch(ops.c, batch), alpha=ops.beta)
 
     def produce(self, problem: Problem, config: Config, alpha: float | int, beta: float | int,
-                kind: str = "torch") -> Callable[[Any, Any, Any], Any] | None:
-        """The call that makes D for a remembered call with 2-D arrays — a function of
-        (a, b, c), the arrays as the caller gave them, on the caller's current stream — or
-        None where it takes more than one call (integer and fp8 products; float32 for a
-        torch caller, whose TF32 switch is set around the op; alpha without C).
+                kind: str = "torch", matrices: bool = True
+                ) -> Callable[[Any, Any, Any], Any] | None:
+        """The call that makes D for a remembered call — a function of (a, b, c), the arrays
+        as the caller gave them (``matrices``: A and B 2-D; else either may be 3-D, a batch
+        of one broadcast), on the caller's current stream — or None where it takes more
+        than one call (integer and fp8 products; float32 for a torch caller, whose TF32
+        switch is set around the op; alpha without C; C with a batch).
 
-        ``kind`` is the caller's array kind: a torch caller gets torch's op, a CuPy caller
-        ``cupy.matmul`` (what each would call instead) for the dtypes CuPy holds, with no C,
-        float32 only as IEEE float32 (CuPy's own TF32 switch, ``CUPY_TF32``, off)."""
+        ``kind`` is the caller's array kind: a torch caller gets what it would call itself
+        (``torch.mm``/``torch.addmm`` for matrices, ``torch.matmul`` for a batch, which folds
+        a broadcast B into one GEMM as it does for the user), a CuPy caller ``cupy.matmul``
+        for the dtypes CuPy holds, with no C, float32 only as IEEE float32 (CuPy's own TF32
+        switch, ``CUPY_TF32``, off)."""
         if problem.op != "matmul" or problem.in_dtype not in FLOATS:
             return None
+        plain = not problem.has_c and alpha == 1
         if kind == "cupy":
             import os
 
             import cupy
 
-            if problem.has_c or alpha != 1 or problem.in_dtype == "bfloat16" or (
+            if not plain or problem.in_dtype == "bfloat16" or (
                     problem.in_dtype == "float32" and os.environ.get("CUPY_TF32", "0") != "0"):
                 return None
             return lambda a, b, c: cupy.matmul(a, b)
@@ -202,11 +208,12 @@ class CublasBackend(Backend):
 
         if kind != "torch" or problem.in_dtype == "float32":
             return None
-        if problem.has_c:
+        if plain:
+            return (lambda a, b, c: torch.mm(a, b)) if matrices else \
+                (lambda a, b, c: torch.matmul(a, b))
+        if problem.has_c and matrices:
             return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)
-        if alpha != 1:
-            return None
-        return lambda a, b, c: torch.mm(a, b)
+        return None
 
 
 def create() -> Backend:

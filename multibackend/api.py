@@ -110,8 +110,13 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     one only launches, and may be captured in a CUDA graph. A first call made while a graph
     is being captured raises :class:`~multibackend.errors.CaptureError`.
     """
-    options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
-               backend, config, autotune)
+    if (C is None and out is None and beta is None and alpha.__class__ is float and alpha == 1
+            and out_dtype is None and acc_dtype is None and precision is None
+            and saturate is False and dtype is None and config is None and autotune is None):
+        options: tuple = (_PLAIN_MATMUL, backend)  # the plain call, keyed by less
+    else:
+        options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
+                   backend, config, autotune)
     fast = _planned(options, (A, B, C, out))
     if fast[0] is not None:
         return fast[0]
@@ -128,8 +133,8 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
                       acc_dtype=acc_dtype, precision=precision, saturate=saturate, dtype=dtype,
                       backend=name, config=chosen)
 
-    matrices = out is None and call.squeeze and getattr(C, "ndim", 2) == 2
-    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, matrices)
+    direct = out is None and (C is None or (call.squeeze and getattr(C, "ndim", 2) == 2))
+    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct)
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -150,6 +155,10 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
     return _dispatch_and_run(call, backend, config, fast[1:])
 
 
+#: the first entry of a plain matmul's options (A and B only, every keyword at its default
+#: but ``backend``): its keys leave the defaults out
+_PLAIN_MATMUL = "matmul:plain"
+
 #: the types alpha and beta may have in a plan's key: anything else (bool, which is refused;
 #: NumPy scalars and 0-d arrays) takes the full path
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
@@ -161,15 +170,16 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     is None where there can be none: alpha or beta other than a Python int or float,
     unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
     for A and B (both torch tensors or both CuPy arrays) with neither C nor ``out``.
-    ``options`` starts with the op; for matmul its second and third entries are alpha and
-    beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
+    ``options`` starts with the op (or :data:`_PLAIN_MATMUL`); for matmul its second and
+    third entries are alpha and beta, keyed with their types (alpha=1 and alpha=1.0 plan
+    apart)."""
     if options[0] == "matmul":
         kinds = (type(options[1]), type(options[2]))
         if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
             return None, None, None
         options += kinds
     fam_key = None
-    if options[0] == "matmul" and arrays[2] is None and arrays[3] is None:
+    if options[0] in ("matmul", _PLAIN_MATMUL) and arrays[2] is None and arrays[3] is None:
         fam_key = plans.family_key(options, arrays[0], arrays[1])
         try:
             produce = plans.family(fam_key)
@@ -223,9 +233,11 @@ def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
 
 def _dispatch_and_run(call: Call, backend: str | None, config: Any,
                       keys: tuple = (None, None), rerun: Any = None, autotune: Any = None,
-                      matrices: bool = False) -> Any:
+                      direct: bool = False) -> Any:
     """Validate, decide, run and remember the call's plan under ``keys`` (the plan's and
-    its shape-free family's, see :func:`_planned`)."""
+    its shape-free family's, see :func:`_planned`). ``direct``: the caller's arrays, as
+    given, can go to a backend's own producing call (no ``out``; C, if any, 2-D with 2-D A
+    and B)."""
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     if _trivial(call):
@@ -237,7 +249,7 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
     plan_key, fam_key = keys
     if plan_key is not None:
         plan = plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
-                             call.operands.alpha, call.operands.beta, matrices)
+                             call.operands.alpha, call.operands.beta, direct)
         plans.remember(plan_key, plan)
         if fam_key is not None and plan.produce is not None and \
                 shape_free(call.problem, decision, mode):

@@ -37,9 +37,9 @@ _UNBOUND = object()
 class Plan:
     """The outcome of validating and dispatching one kind of call. ``bound``: the backend's
     bound launch for these calls (:meth:`~multibackend.backends.base.Backend.bind`), asked
-    for after the plan's first run; None where it has none. ``produce``: for a torch caller's
-    product of 2-D arrays (no ``out``), the backend's op that makes D itself, as the caller's
-    own torch call would (cuBLAS's ``torch.mm``), where it offers one."""
+    for after the plan's first run; None where it has none. ``produce``: the backend's call that makes D itself from the
+    caller's arrays, as the caller's own call would (cuBLAS's ``torch.mm``, ``torch.matmul``,
+    ``cupy.matmul``), where it offers one for a call with no ``out``."""
 
     problem: Problem
     decision: Decision
@@ -54,16 +54,17 @@ class Plan:
 
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
-           alpha: float | int, beta: float | int, matrices: bool = False) -> "Plan":
-        """``matrices``: the caller's 2-D A, B (and C), no ``out``."""
+           alpha: float | int, beta: float | int, direct: bool = False) -> "Plan":
+        """``direct``: the caller's arrays go as given to the backend's producing call
+        (:meth:`~multibackend.backends.cublas.CublasBackend.produce`), where it has one."""
         from . import dtypes
 
         backend = REGISTRY.get(decision.backend)
         produce = getattr(backend, "produce", None)
         return cls(problem, decision, kind, squeeze, alpha, beta, backend,
                    dtypes.torch_dtype(problem.d_dtype),
-                   produce=produce(problem, decision.config, alpha, beta, kind)
-                   if matrices and produce is not None else None)
+                   produce=produce(problem, decision.config, alpha, beta, kind, squeeze)
+                   if direct and produce is not None else None)
 
     def run(self, tensors: tuple) -> Any:
         if self.produce is not None and self.kind == "torch":  # torch's stream, the device

@@ -165,11 +165,14 @@ def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype)
     else:
         wrap = unwrap = lambda x: x  # noqa: E731
     plans.forget()
-    for i, (m, n, k) in enumerate([(64, 48, 32), (7, 129, 4095), (1, 4096, 333), (300, 2, 65)]):
-        a, b = _rand((m, k), dtype, 40 + i), _rand((k, n), dtype, 50 + i)
+    shapes = [(1, 64, 48, 32), (1, 7, 129, 4095), (1, 1, 4096, 333), (1, 300, 2, 65),
+              (3, 33, 65, 129), (5, 8, 16, 1000)]
+    for i, (batch, m, n, k) in enumerate(shapes):
+        lead = (batch,) if batch > 1 else ()
+        a, b = _rand(lead + (m, k), dtype, 40 + i), _rand((k, n), dtype, 50 + i)
         for _ in range(2):
             d = unwrap(mb.matmul(wrap(a), wrap(b)))
-            assert d.shape == (m, n) and d.dtype == dtype
+            assert d.shape == lead + (m, n) and d.dtype == dtype
             _assert_close((a, b, None), d)
         if kind == "torch" or dtype != torch.bfloat16:  # CuPy holds no bf16: no family
             assert plans._FAMILIES, "a shape-free plan was remembered"
