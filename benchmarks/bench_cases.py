@@ -85,7 +85,7 @@ def tuned_config(problem, backend: str) -> str | None:
     entry = tuning.status().entries.get(problem.key)
     if not entry:
         return None
-    mine = {k: ms for k, ms in entry.get("timings_ms", {}).items()
+    mine = {k: ms for k, ms in entry.get("screening_ms", {}).items()
             if k.split(":", 1)[0] == backend}
     return min(mine, key=mine.get).split(":", 1)[1] if mine else None
 

@@ -6,8 +6,16 @@ A table is JSON::
      "environment": {"gpu": ..., "cc": ..., "driver": ..., "cuda": ...,
                      "triton": ..., "nvidia-cutlass": ..., "multibackend": ...},
      "entries": {"<problem key>": {"backend": ..., "config": {...}, "family": ...,
-                                   "m": .., "n": .., "k": .., "timings_ms": {...},
-                                   "measured": "<ISO time>"}}}
+                                   "m": .., "n": .., "k": .., "mode": "eager",
+                                   "timings_ms": {"eager": {...}, "graph": {...}},
+                                   "baseline_ms": {"eager": .., "graph": ..},
+                                   "spread": .., "measured": "<ISO time>"}}}
+
+Lookup reads ``backend``, ``config``, ``family``, ``m``, ``n``, ``k``; the rest are the tuner's
+figures: ``mode`` the timing mode the choice was made in, ``timings_ms`` the final interleaved
+rounds per mode ("backend:config" -> ms), ``baseline_ms`` torch.matmul's figure per mode,
+``spread`` the lead over torch.matmul the winner had to exceed (at least 1%); the tuner
+(:mod:`multibackend.tuner`) documents the rest.
 
 Tables are loaded from ``$MULTIBACKEND_TUNING`` (paths separated by ``os.pathsep``) or with
 :func:`load_tuning`; several tables merge (later entries win). A table whose environment
