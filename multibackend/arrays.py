@@ -147,15 +147,6 @@ def _current_device() -> int:
     return int(_torch_accessors()[1]())
 
 
-@functools.lru_cache(maxsize=64)
-def cupy_stream(handle: int, device: int) -> Any:
-    """CuPy's view of the raw CUDA stream ``handle`` on ``device`` (CuPy does not own it),
-    made once per handle: making one costs microseconds on every call."""
-    import cupy
-
-    return cupy.cuda.ExternalStream(handle, device)
-
-
 def caller_stream(kind: str, device: Any) -> int:
     """The raw CUDA stream handle the caller's work is ordered on (0 on the host)."""
     if device.type != "cuda":
