@@ -26,6 +26,8 @@ def gpu_reason() -> str | None:
 def pytest_configure(config):
     """Without a GPU, Triton kernels run in Triton's interpreter: the switch must be set before
     any kernel is defined, so it is set here, before the test modules are imported."""
+    config.addinivalue_line("markers", "cutlass: runs CUTLASS kernels, which "
+                                       "tests/gpu/conftest.py builds before the tests run")
     if gpu_reason() is not None:
         os.environ.setdefault("TRITON_INTERPRET", "1")
 

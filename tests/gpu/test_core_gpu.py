@@ -87,7 +87,11 @@ def test_triton_autotune_and_epilogue_batched():
     _check(call, "triton")
 
 
-@pytest.mark.parametrize("backend", ["triton", "cublas", "raw_wmma", "cutlass"])
+REPEATED_SHAPE = (96, 136, 72)
+
+
+@pytest.mark.parametrize("backend", ["triton", "cublas", "raw_wmma",
+                                     pytest.param("cutlass", marks=pytest.mark.cutlass)])
 def test_repeated_calls_through_plans_and_kept_kernels(backend):
     """Calls after the first reuse the remembered plan and (Triton) the kept compiled kernel:
     new data, a C operand, a D that is off the 16-byte grid, and another stream each give the
@@ -97,7 +101,7 @@ def test_repeated_calls_through_plans_and_kept_kernels(backend):
     if REGISTRY.availability(backend) is not None:
         pytest.skip(f"{backend}: {REGISTRY.availability(backend).message}")
     gen = torch.Generator().manual_seed(11)
-    m, n, k = 96, 136, 72
+    m, n, k = REPEATED_SHAPE
     storage = torch.empty((m * n + 8,), dtype=torch.float16, device="cuda")
     outs = [storage[:m * n].view(m, n), storage[8:].view(m, n), storage[1:1 + m * n].view(m, n)]
     stream = torch.cuda.Stream()
@@ -107,6 +111,7 @@ def test_repeated_calls_through_plans_and_kept_kernels(backend):
         out = outs[i % 3]
         poison(out)
         expected = reference.reference_matmul(a, b, c, 1.5, 0.5 if c is not None else 0)
+        stream.wait_stream(torch.cuda.current_stream())  # operands and poison are written
         with torch.cuda.stream(stream if i >= 3 else torch.cuda.current_stream()):
             try:
                 d = mb.matmul(a, b, c, alpha=1.5, beta=0.5 if c is not None else None, out=out,
@@ -119,6 +124,21 @@ def test_repeated_calls_through_plans_and_kept_kernels(backend):
         problem = matmul_call(a, b, c, alpha=1.5, out=out).problem
         cmp = reference.compare(problem, d, expected)
         assert cmp.ok, f"call {i} ({backend}): {cmp.detail}"
+
+
+def cutlass_jobs(item):
+    """The (problem, config) of the CUTLASS kernels a test runs, by numbers alone (the GPU
+    tier's conftest builds them before the tests start): the repeated calls' default kernel,
+    without and with C."""
+    if item.originalname != "test_repeated_calls_through_plans_and_kept_kernels":
+        return []
+    from multibackend.problem import synthetic
+    from multibackend.registry import REGISTRY
+
+    backend = REGISTRY.get("cutlass")
+    cc = torch.cuda.get_device_capability()
+    problems = [synthetic(*REPEATED_SHAPE, "float16", has_c=c, cc=cc) for c in (False, True)]
+    return [(p, backend.default_config(p)) for p in problems if backend.supports(p) is None]
 
 
 def test_int8_epilogue_integer_scalars_exact():

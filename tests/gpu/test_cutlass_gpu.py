@@ -2,58 +2,86 @@
 ragged shapes, against the float64 reference; integer and fp8 cases exact with small-integer
 operands; outputs poisoned before every run so that an element the kernel skipped fails.
 
-Every kernel the module needs is built first, all at once in parallel nvcc processes, so the
-tests themselves only load from the cache.
+nvcc needs tens of seconds per kernel and builds dominate the tier's cold run, so each case
+here needs a kernel that no other case builds: a kernel is fixed by its types, layouts,
+alignment, tile, cluster and schedule, and runs every shape, batch and C of its case. Each
+input type runs in every layout the table accepts in each kernel family the tests reach for it
+(3.x TMA; 3.x cp.async and 2.x at smaller alignments). An output or accumulator variant of a
+type changes the epilogue or the MMA's accumulator, not how A and B are read, so it runs in
+one layout, a different one for each. Not reached here: f16 and the 8-bit types at the
+alignments that take the 3.x cp.async kernels, and the ping-pong and warp-specialized
+schedules (tuning candidates further down the list). The kernels are built before the tests
+run, all at once, by ``tests/gpu/conftest.py`` (:func:`cutlass_jobs` names each test's
+kernels), so the tests only load them.
 """
 from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.cutlass]
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, dtypes, reference  # noqa: E402
+from multibackend import dtypes, reference  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config, Operands  # noqa: E402
 from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
 BACKEND = backend_module.create()
-LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
-#: (dtype, output, accumulator, precision, multiple of M and N, multiple of K): the multiples
-#: keep every leading dimension at the alignment the type's kernels need, while the sizes
-#: stay ragged against every tile shape
+RR, RC, CR, CC = ("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")
+LAYOUTS = [RR, RC, CR, CC]
+#: (dtype, output, accumulator, precision, multiple of M and N, multiple of K) and the layouts
+#: run: the multiples keep every leading dimension at the alignment the type's kernels need,
+#: while the sizes stay ragged against every tile shape. The 8-bit types take only A row-major
+#: and B column-major: their other layouts check the refusal and build nothing.
 TYPES = [
-    ("float16", "float16", "float32", None, 8, 8),
-    ("float16", "float32", "float32", None, 8, 8),
-    ("float16", "float16", "float16", None, 8, 8),
-    ("bfloat16", "bfloat16", "float32", None, 8, 8),
-    ("bfloat16", "float32", "float32", None, 8, 8),
-    ("float32", "float32", "float32", "tf32", 4, 4),
-    ("float32", "float32", "float32", "tf32x3", 4, 4),
-    ("float32", "float32", "float32", "ieee", 1, 1),
-    ("float64", "float64", "float64", None, 1, 1),
-    ("int8", "int32", "int32", None, 1, 16),
-    ("uint8", "int32", "int32", None, 1, 16),
-    ("float8_e4m3fn", "float32", "float32", None, 1, 16),
-    ("float8_e5m2", "float32", "float32", None, 1, 16),
-    ("float8_e4m3fn", "bfloat16", "float32", None, 1, 16),
+    (("float16", "float16", "float32", None, 8, 8), LAYOUTS),
+    (("float16", "float32", "float32", None, 8, 8), [RC]),
+    (("float16", "float16", "float16", None, 8, 8), [CR]),
+    (("bfloat16", "bfloat16", "float32", None, 8, 8), LAYOUTS),
+    (("bfloat16", "float32", "float32", None, 8, 8), [CC]),
+    (("float32", "float32", "float32", "tf32", 4, 4), LAYOUTS),
+    (("float32", "float32", "float32", "tf32x3", 4, 4), LAYOUTS),
+    (("float32", "float32", "float32", "ieee", 1, 1), LAYOUTS),
+    (("float64", "float64", "float64", None, 1, 1), LAYOUTS),
+    (("int8", "int32", "int32", None, 1, 16), LAYOUTS),
+    (("uint8", "int32", "int32", None, 1, 16), LAYOUTS),
+    (("float8_e4m3fn", "float32", "float32", None, 1, 16), LAYOUTS),
+    (("float8_e5m2", "float32", "float32", None, 1, 16), LAYOUTS),
+    (("float8_e4m3fn", "bfloat16", "float32", None, 1, 16), LAYOUTS),
 ]
-#: fully ragged sizes for the types whose kernels take 1- or 2-element alignment
+#: fully ragged sizes, which take the other kernel families: f16 at 1-element alignment the
+#: 2.x sm_75 kernels, bf16 at 2 elements the 3.x cp.async ones and at 1 element sm_75's
+#: retyped to bf16, tf32 at 1 element 3.x cp.async, tf32x3 at 1 element its 2.x kernel's
+#: 1-element instance
 ODD_TYPES = [
-    ("float16", "float16", "float32", None, 1, 1),
-    ("bfloat16", "bfloat16", "float32", None, 2, 2),
-    ("bfloat16", "bfloat16", "float32", None, 1, 1),
-    ("bfloat16", "float32", "float32", None, 1, 1),
-    ("float32", "float32", "float32", "tf32", 1, 1),
-    ("float32", "float32", "float32", "tf32x3", 1, 1),
+    (("float16", "float16", "float32", None, 1, 1), LAYOUTS),
+    (("bfloat16", "bfloat16", "float32", None, 2, 2), LAYOUTS),
+    (("bfloat16", "bfloat16", "float32", None, 1, 1), LAYOUTS),
+    (("float32", "float32", "float32", "tf32", 1, 1), LAYOUTS),
+    (("float32", "float32", "float32", "tf32x3", 1, 1), [RR]),
 ]
-CANDIDATES_PER_DTYPE = 6
-#: kernels beyond the first few also checked: the stream-K scheduler and 4-CTA clusters
-EXTRA_KERNELS = ("128x256x64_2x1x1_cooperative_tma_streamk", "128x256x64_2x2x1_cooperative_tma",
-                 "256x128x64_1x4x1_cooperative_tma")
+#: tuning candidates run beside the default (the first of the list) with every CTA swizzle and
+#: raster order: together they have each tile shape (128x256, 256x128), each cluster size and
+#: direction (1, 2 and 4 CTAs) and each tile scheduler (persistent, stream-K) of the 3.x
+#: candidates. f16 and bf16 kernels differ only in their element type, so each is run in one.
+CANDIDATE_KERNELS = {
+    "float16": ("256x128x64_1x2x1_cooperative_tma", "128x256x64_1x1x1_cooperative_tma",
+                "128x256x64_2x2x1_cooperative_tma"),
+    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "128x256x64_2x1x1_cooperative_tma_streamk"),
+}
+STREAM_K_KERNEL = "128x256x64_2x1x1_cooperative_tma_streamk"
+
+
+def _layout_id(layouts) -> str:
+    return "".join(s[0] for s in layouts)
+
+
+def _cases(types, type_id) -> list:
+    return [pytest.param(t, layouts, id=f"{type_id(t)}-{_layout_id(layouts)}")
+            for t, runs in types for layouts in runs]
 
 
 def _cc() -> tuple[int, int]:
@@ -65,17 +93,16 @@ def _shapes(mn: int, kk: int) -> list[tuple[int, int, int, int, bool]]:
     return [(1, 17 * mn, 33 * mn, 25 * kk, False), (3, 9 * mn, 5 * mn, 7 * kk, True)]
 
 
-def _plan(types) -> list[tuple[tuple, tuple[str, str], Problem]]:
-    """Every (type, layout, problem) the tests below run, as numbers alone."""
+def _problems(t, layouts) -> list[Problem]:
+    """The problems one (type, layouts) case runs, as numbers alone (none where refused)."""
+    dtype, out, acc, precision, mn, kk = t
     found = []
-    for t in types:
-        dtype, out, acc, precision, mn, kk = t
-        for layouts in LAYOUTS:
-            for batch, m, n, k, with_c in _shapes(mn, kk):
-                problem = synthetic(m, n, k, dtype, batch=batch, a_layout=layouts[0],
-                                    b_layout=layouts[1], out_dtype=out, acc=acc,
-                                    precision=precision, has_c=with_c, cc=_cc())
-                found.append((t, layouts, problem))
+    for batch, m, n, k, with_c in _shapes(mn, kk):
+        problem = synthetic(m, n, k, dtype, batch=batch, a_layout=layouts[0],
+                            b_layout=layouts[1], out_dtype=out, acc=acc, precision=precision,
+                            has_c=with_c, cc=_cc())
+        if BACKEND.supports(problem) is None:
+            found.append(problem)
     return found
 
 
@@ -83,24 +110,51 @@ def _candidate_problem(dtype: str) -> Problem:
     return synthetic(200, 264, 136, dtype, cc=_cc())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built_kernels():
-    """Build every kernel this module runs, in parallel, before the first test."""
-    jobs = {}
-    for _, _, problem in _plan(TYPES) + _plan(ODD_TYPES):
-        if BACKEND.supports(problem) is None:
-            cand = backend_module.candidate_for(problem, BACKEND.default_config(problem))
-            jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
-    for dtype in ("float16", "bfloat16"):
-        problem = _candidate_problem(dtype)
-        every = BACKEND.configs(problem)
-        extra = [c for c in every if c.name in EXTRA_KERNELS]
-        for config in every[:CANDIDATES_PER_DTYPE] + extra:
-            cand = backend_module.candidate_for(problem, config)
-            jobs[cutlass_emit.emit(cand), cand.arch] = cand.name
-    results = cutlass_build.build_many([(s, a, n) for (s, a), n in jobs.items()])
-    failed = [r for r in results if isinstance(r, Exception)]
-    assert not failed, f"{len(failed)} of {len(results)} kernels failed to build: {failed[0]}"
+def _checked_candidates(dtype: str, every: list[Config]) -> list[Config]:
+    """The kernels of ``every`` (``dtype``'s candidate list) run in ``dtype``: the default, then
+    CANDIDATE_KERNELS."""
+    return every[:1] + [c for c in every if c.name in CANDIDATE_KERNELS[dtype]]
+
+
+def _stream_k_problem() -> Problem:
+    return synthetic(200, 264, 1032, "bfloat16", has_c=True, cc=_cc())
+
+
+def _broadcast_problem() -> Problem:
+    """A (136 x 200) broadcast over a batch of 3 (batch stride 0) times B (3 x 200 x 264)."""
+    a = make_operand("float16", 136, 200, (200, 1), 0, 0)
+    b = make_operand("float16", 200, 264, (264, 1), 200 * 264, 0)
+    return Problem(op="matmul", m=136, n=264, k=200, batch=3, a=a, b=b, c=None,
+                   d_dtype="float16", acc="float32", precision=None, has_c=False, cc=_cc())
+
+
+#: the problem each test with one fixed problem runs (its default kernel)
+FIXED = {
+    "test_broadcast_batch_operand": _broadcast_problem,
+    "test_fractional_alpha_is_refused_for_integer_kernels":
+        lambda: synthetic(17, 33, 400, "int8", b_layout="col", cc=_cc()),
+    "test_launch_is_on_the_callers_stream": lambda: synthetic(136, 264, 200, "float16", cc=_cc()),
+}
+
+
+def cutlass_jobs(item) -> list[tuple[Problem, Config]]:
+    """The (problem, config) of every kernel the test ``item`` runs, by numbers alone: the GPU
+    tier's conftest builds those of all selected tests at once before they run."""
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    name = item.originalname
+    if "t" in params:
+        return [(p, BACKEND.default_config(p)) for p in _problems(params["t"], params["layouts"])]
+    if name == "test_every_tuning_candidate_is_correct":
+        problem = _candidate_problem(params["dtype"])
+        return [(problem, c) for c in _checked_candidates(params["dtype"],
+                                                          BACKEND.configs(problem))]
+    if name == "test_stream_k_kernel_with_c_and_every_decomposition":
+        problem = _stream_k_problem()
+        return [(problem, c) for c in BACKEND.configs(problem) if c.name == STREAM_K_KERNEL]
+    if name in FIXED:
+        problem = FIXED[name]()
+        return [(problem, BACKEND.default_config(problem))]
+    return []
 
 
 def _matrix(dtype: str, batch: int, rows: int, cols: int, layout: str, gen, small_int: bool):
@@ -171,34 +225,31 @@ def _run_type(t, layouts):
         _check(problem, a, b, c, d, alpha, beta)
 
 
-@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(s[0] for s in x))
-@pytest.mark.parametrize("t", TYPES, ids=lambda t: f"{t[0]}-{t[1]}-acc{t[2]}-{t[3]}")
+@pytest.mark.parametrize("t,layouts",
+                         _cases(TYPES, lambda t: f"{t[0]}-{t[1]}-acc{t[2]}-{t[3]}"))
 def test_types_and_layouts_on_ragged_shapes_or_refused_for_layout(t, layouts):
     _run_type(t, layouts)
 
 
-@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(s[0] for s in x))
-@pytest.mark.parametrize("t", ODD_TYPES, ids=lambda t: f"{t[0]}-{t[1]}-{t[3]}-align{t[4]}")
+@pytest.mark.parametrize("t,layouts",
+                         _cases(ODD_TYPES, lambda t: f"{t[0]}-{t[1]}-{t[3]}-align{t[4]}"))
 def test_odd_sizes_take_the_small_alignment_kernels(t, layouts):
     _run_type(t, layouts)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_every_tuning_candidate_is_correct(dtype):
+    """The default kernel and the type's CANDIDATE_KERNELS, each with every CTA swizzle and
+    raster order of its tile scheduler (runtime arguments of the same kernel)."""
     gen = torch.Generator().manual_seed(7)
     a = _matrix(dtype, 1, 200, 136, "row", gen, False)
     b = _matrix(dtype, 1, 136, 264, "row", gen, False)
     problem = _problem(a, b, None, dtype, "float32", None)
     every = BACKEND.configs(problem)
-    configs = every[:CANDIDATES_PER_DTYPE]
-    assert [c.name for c in configs] == \
-        [c.name for c in BACKEND.configs(_candidate_problem(dtype))[:CANDIDATES_PER_DTYPE]]
-    extra = [c for c in every if c.name in EXTRA_KERNELS]
-    assert len(extra) == len(EXTRA_KERNELS)
-    names = {c.name for c in configs}
-    configs += [c for c in every if c.get("kernel") in names and c.name not in names]
-    for config in extra:
-        configs += [config, *BACKEND.variants(problem, config)]
+    assert every[0].name == BACKEND.configs(_candidate_problem(dtype))[0].name
+    kernels = _checked_candidates(dtype, every)
+    assert {c.name for c in kernels[1:]} == set(CANDIDATE_KERNELS[dtype])
+    configs = [v for kernel in kernels for v in (kernel, *BACKEND.variants(problem, kernel))]
     assert any(c.get("swizzle") == 8 for c in configs)
     assert {"m", "n"} <= {c.get("raster") for c in configs}
     jobs = [(problem, config) for config in configs]
@@ -217,7 +268,7 @@ def test_stream_k_kernel_with_c_and_every_decomposition(decomposition):
     b = _matrix("bfloat16", 1, 1032, 264, "row", gen, False)
     c = _matrix("bfloat16", 1, 200, 264, "row", gen, False)
     problem = _problem(a, b, c, "bfloat16", "float32", None)
-    kernel = next(x for x in BACKEND.configs(problem) if x.name == EXTRA_KERNELS[0])
+    kernel = next(x for x in BACKEND.configs(problem) if x.name == STREAM_K_KERNEL)
     config = Config(f"{kernel.name}_{decomposition}", tuple(sorted(
         {**dict(kernel.params), "decomposition": decomposition}.items())))
     assert backend_module.prepare_many([(problem, kernel)]) == [(problem, kernel)]

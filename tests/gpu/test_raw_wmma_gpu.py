@@ -3,10 +3,11 @@ on fresh random ragged shapes, against float64; integer, sub-byte and b1 results
 outputs poisoned before every run so an element a kernel skipped fails.
 
 Every kernel the module runs is compiled first, in parallel processes (NVRTC, cached on
-disk), so the tests themselves only load cubins.
+disk), by one process of the session, so the tests themselves only load cubins.
 """
 from __future__ import annotations
 
+import fcntl
 import itertools
 import math
 import os
@@ -20,7 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
 
 import multibackend  # noqa: E402
-from multibackend import nvrtc, packing, reference  # noqa: E402
+from multibackend import cache, nvrtc, packing, reference  # noqa: E402
 from multibackend.backends import raw_wmma as rw  # noqa: E402
 from multibackend.problem import synthetic, synthetic_dot  # noqa: E402
 from multibackend.raw_wmma import SOURCE_DIR  # noqa: E402
@@ -135,8 +136,14 @@ def compiled_kernels():
             jobs.add(("dot.cu", f"rw_dot_{short}_{form}", arch))
     jobs |= {("dot.cu", "rw_dot_f16_vec_hfma2", arch), ("dot.cu", "rw_dot_final_f32", arch),
              ("dot.cu", "rw_dot_final_f64", arch)}
-    with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
-        list(pool.map(_compile, sorted(jobs)))
+    # one process of a pytest-xdist session compiles; the others wait, then find them cached
+    with open(cache.cache_dir(nvrtc.CACHE_KIND) / "prebuild.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with ProcessPoolExecutor(max_workers=min(16, os.cpu_count() or 4)) as pool:
+                list(pool.map(_compile, sorted(jobs)))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.mark.parametrize("t,layouts,config", PLAN,
