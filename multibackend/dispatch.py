@@ -136,7 +136,7 @@ def shape_free(problem: Problem, decision: Decision, autotune: str | None) -> bo
     from . import calibration, tuning
 
     prefix = f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:"
-    entries = [e for e in tuning.status().entries.values()]
+    entries = list(tuning.status().entries.values())
     entries += [e for _, e in calibration.entries_for(problem.cc)]
     return not any(str(e.get("family", "")).startswith(prefix) for e in entries)
 

@@ -37,9 +37,10 @@ _UNBOUND = object()
 class Plan:
     """The outcome of validating and dispatching one kind of call. ``bound``: the backend's
     bound launch for these calls (:meth:`~multibackend.backends.base.Backend.bind`), asked
-    for after the plan's first run; None where it has none. ``produce``: the backend's call that makes D itself from the
-    caller's arrays, as the caller's own call would (cuBLAS's ``torch.mm``, ``torch.matmul``,
-    ``cupy.matmul``), where it offers one for a call with no ``out``."""
+    for after the plan's first run; None where it has none. ``produce``: the backend's call
+    that makes D itself from the caller's arrays, as the caller's own call would (cuBLAS's
+    ``torch.mm``, ``torch.matmul``, ``cupy.matmul``), where it offers one for a call with no
+    ``out``."""
 
     problem: Problem
     decision: Decision
@@ -193,11 +194,15 @@ _FAMILIES: dict[tuple, Any] = {}
 
 def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
     """The key of a product of two arrays with neither C nor ``out``, sizes left out; None
-    for arrays other than two torch tensors or two CuPy arrays."""
+    for arrays other than two torch tensors or two CuPy arrays, and for host tensors (which
+    multibackend computes on the GPU, where their own op would compute on the host)."""
     torch = sys.modules.get("torch")
     if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor:
+        device = a.get_device()
+        if device < 0:
+            return None
         return (options, _watched_environment(), tuning.generation(), a.dtype, b.dtype,
-                a.dim(), b.dim(), a.get_device())
+                a.dim(), b.dim(), device)
     cupy = sys.modules.get("cupy")
     if cupy is not None and type(a) is cupy.ndarray and type(b) is cupy.ndarray:
         return (options, _watched_environment(), tuning.generation(), "cupy", a.dtype,

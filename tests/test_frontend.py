@@ -374,3 +374,12 @@ def test_calls_with_the_same_metadata_share_one_problem_object():
     other = matmul_call(a, b, torch.ones((6, 5)), beta=1.0).problem
     assert first is again
     assert other is not first and other != first
+
+
+def test_host_tensors_never_get_a_shape_free_plan():
+    """A shape-free plan runs the caller's own op, which for host tensors would compute on
+    the host: host tensors are keyed in full instead."""
+    from multibackend import plans
+
+    a, b = torch.ones((4, 4)), torch.ones((4, 4))
+    assert plans.family_key(("matmul:plain", "auto"), a, b) is None
