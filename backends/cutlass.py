@@ -11,7 +11,7 @@ removed ``cuda.cuda`` modules, writes into the working directory and costs milli
 from __future__ import annotations
 
 import ctypes
-from multibackend import cutlass_build, cutlass_emit, dtypes, toolchain
+from multibackend import cutlass_build, cutlass_emit, dtypes, staging, toolchain
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument, KernelRefused
@@ -111,6 +111,9 @@ def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
     return found
 
 
+#: input types whose misaligned products CUTLASS takes only through staged configs, where
+#: no kernel of the generator reads their rows as they lie
+STAGED_TYPES = ("float16", "bfloat16")
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
@@ -171,6 +174,9 @@ class CutlassBackend(Backend):
         if problem.in_dtype in NOT_WIRED:
             return Reason(NAME, "dtype", NOT_WIRED[problem.in_dtype])
         reason = CAPABILITY.check(problem)
+        if reason is not None and problem.misaligned and problem.in_dtype in STAGED_TYPES \
+                and CAPABILITY.check(staging.staged_problem(problem)) is None:
+            return None  # its staged configs run it
         if reason is not None and reason.rule == "layout" and problem.in_dtype in K_MAJOR_ONLY:
             return Reason(NAME, "layout", f"{reason.message}: CUTLASS's 8-bit tensor-core "
                                           f"kernels read both operands K-major ({TN})")
@@ -179,15 +185,21 @@ class CutlassBackend(Backend):
     def configs(self, problem: Problem) -> list[Config]:
         """Every kernel for ``problem`` (tile, cluster, schedule, epilogue, scheduler), the
         default first, then the best few 3.x TMA kernels again with other CTA swizzles and
-        raster orders (the same binary: runtime arguments of the tile scheduler)."""
+        raster orders (the same binary: runtime arguments of the tile scheduler); for a
+        misaligned problem, its staged kernels after them (first where only staging lets
+        CUTLASS run it)."""
         found = cutlass_emit.candidates(problem)
         configs = [_config(c) for c in found]
         tma = [c for c in found if c.family == "3x_tma"][:SWIZZLED_KERNELS]
-        return configs + [v for c in tma for v in scheduler_variants(c)]
+        return (configs + [v for c in tma for v in scheduler_variants(c)]
+                + staging.offered(self, problem))
 
     def variants(self, problem: Problem, config: Config) -> list[Config]:
         """The runtime variants (swizzle, raster order) of the kernel ``config`` names, for
         any 3.x kernel, not only those :meth:`configs` lists them for."""
+        if staging.is_staged(config):
+            return [staging.wrap(v) for v in scheduler_variants(
+                candidate_for(*staging.unwrap(problem, config)))]
         return scheduler_variants(candidate_for(problem, config))
 
     def versions(self) -> dict[str, str]:
@@ -195,6 +207,7 @@ class CutlassBackend(Backend):
                 "nvcc": toolchain.nvcc_version() or "none"}
 
     def prepare(self, problem: Problem, config: Config) -> None:
+        problem, config = staging.unwrap(problem, config)
         last = self._last
         if last[0] is not problem or last[1] is not config:
             self._last = (problem, config, self._prepare(problem, config))
@@ -202,7 +215,7 @@ class CutlassBackend(Backend):
     def built(self, problem: Problem, config: Config) -> bool:
         """Whether the kernel's library is loaded or in the compile cache (nvcc takes tens
         of seconds per kernel)."""
-        candidate = candidate_for(problem, config)
+        candidate = candidate_for(*staging.unwrap(problem, config))
         if candidate in self._libraries:
             return True
         key = cutlass_build.artifact_key(cutlass_emit.emit(candidate), candidate.arch)
@@ -237,6 +250,9 @@ class CutlassBackend(Backend):
         return prepared
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        if staging.is_staged(config):
+            staging.run(problem, operands, config, self.run)
+            return
         last = self._last
         if last[0] is problem and last[1] is config:
             prepared = last[2]
@@ -284,7 +300,7 @@ def prepare_many(jobs: list[tuple[Problem, Config]],
     """Compile (or load from cache) the kernel of every (problem, config) at once, in
     parallel nvcc processes (at most ``max_workers``, by default as many as the cores and
     memory allow); returns the pairs that built. Raises the first failure when none built."""
-    candidates = [candidate_for(problem, config) for problem, config in jobs]
+    candidates = [candidate_for(*staging.unwrap(problem, config)) for problem, config in jobs]
     builds = [(cutlass_emit.emit(c), c.arch, c.name) for c in candidates]
     results = cutlass_build.build_many(builds, max_workers)
     built = [job for job, result in zip(jobs, results) if not isinstance(result, Exception)]

@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from multibackend import driver, nvrtc
+from multibackend import driver, nvrtc, staging
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.driver import FLOAT64, INT32, INT64, POINTER, Param
@@ -160,15 +160,6 @@ def _capability() -> Capability:
 
 # ---- kernel choice (pure: from the Problem and Config alone) -----------------------------
 
-def _rows_aligned(op: Operand, outer: int, elem_bytes: int) -> bool:
-    """Whether every row (along the contiguous direction) of ``op`` starts 16-byte aligned."""
-    if op.align < 16:
-        return False
-    if outer > 1 and (op.ld * elem_bytes) % 16:
-        return False
-    return (op.batch_stride * elem_bytes) % 16 == 0
-
-
 def fast_eligible(problem: Problem) -> str | None:
     """None when the fast f16/bf16 kernel can run ``problem``, else why not (in words)."""
     if problem.op != "matmul" or problem.in_dtype not in ("float16", "bfloat16"):
@@ -181,11 +172,10 @@ def fast_eligible(problem: Problem) -> str | None:
         return f"the fast kernel writes {problem.in_dtype} or float32"
     if problem.cc is not None and problem.cc < MIN_CC:
         return "cp.async needs sm_80+"
-    for name, op, outer in (("A", problem.a, problem.m if problem.a.layout == "row" else problem.k),
-                            ("B", problem.b, problem.k if problem.b.layout == "row" else problem.n)):
+    for name, op in (("A", problem.a), ("B", problem.b)):
         if op.layout not in ("row", "col"):
             return f"{name} is {op.layout}: the fast kernel takes row- or column-major operands"
-        if not _rows_aligned(op, outer, 2):
+        if not op.rows_aligned:
             return (f"{name}'s rows are not all 16-byte aligned (ld={op.ld}, batch stride="
                     f"{op.batch_stride}, pointer alignment {op.align} bytes)")
     return None
@@ -216,8 +206,10 @@ def fast_smem_bytes(bm: int, bn: int, bk: int, stages: int, a_row: bool, b_row: 
 
 
 def kernel_for(problem: Problem, config: Config) -> Kernel:
-    """The entry point that runs ``problem`` under ``config``; raises naming the rule when the
-    config does not apply to the problem."""
+    """The entry point that runs ``problem`` under ``config`` (for a staged config: the
+    kernel run on the staged copies); raises naming the rule when the config does not apply
+    to the problem."""
+    problem, config = staging.unwrap(problem, config)
     if problem.op == "dot":
         if config.name not in BLOCKS_PER_SM:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r}: dot configs are "
@@ -420,7 +412,12 @@ class RawWmmaBackend(Backend):
             return [Config.of(name, THREADS=DOT_THREADS, BLOCKS_PER_SM=bps)
                     for name, bps in BLOCKS_PER_SM.items()]
         out = []
-        if fast_eligible(problem) is None:
+        fast = fast_eligible(problem)
+        if fast is not None and problem.in_dtype in ("float16", "bfloat16"):
+            # the fast kernel on staged copies (see :mod:`multibackend.staging`) comes first
+            if fast_eligible(staging.staged_problem(problem)) is None:
+                out += staging.offered(self, problem, len(FAST_TILES))
+        if fast is None:
             for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
                                      WARPS=wm * wn, FRAG="16x16x16"))
@@ -462,6 +459,7 @@ class RawWmmaBackend(Backend):
         return fn
 
     def prepare(self, problem: Problem, config: Config) -> None:
+        problem, config = staging.unwrap(problem, config)
         kernel = kernel_for(problem, config)
         if problem.op == "dot":
             for vec in (True, False):
@@ -473,12 +471,19 @@ class RawWmmaBackend(Backend):
     # -- launch --
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        if staging.is_staged(config):
+            staging.run(problem, operands, config, self.run)
+            return
         self.bind(problem, config, operands)(operands.a, operands.b, operands.c, operands.d,
                                              operands.stream)
 
-    def bind(self, problem: Problem, config: Config, operands: Operands) -> BoundLaunch:
+    def bind(self, problem: Problem, config: Config,
+             operands: Operands) -> BoundLaunch | None:
         """The launch of ``problem`` under ``config`` for operands like ``operands``, prepared
-        once and kept (keyed by what its argument buffer holds besides the array pointers)."""
+        once and kept (keyed by what its argument buffer holds besides the array pointers);
+        None for a staged config, whose copies :meth:`run` makes on every call."""
+        if staging.is_staged(config):
+            return None
         key = self._launch_key(problem, config, operands)
         bound = self._launches.get(key)
         if bound is None:

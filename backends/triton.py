@@ -20,7 +20,7 @@ from typing import Any
 
 import triton
 
-from multibackend import dtypes
+from multibackend import dtypes, staging
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
@@ -74,19 +74,15 @@ def _tma_config(tile: tuple) -> Config:
 
 def tma_eligible(problem: Problem) -> bool:
     """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
-    with A row-major, B row- or column-major, and every base and row 16-byte aligned (D's
-    alignment is checked again at launch, since the Problem does not record it)."""
+    with A row-major, B row- or column-major, and every base and row of A and B 16-byte
+    aligned (D goes through the TMA unit where its rows are aligned too, checked at launch,
+    else through masked stores)."""
     if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
             "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
         return False
     if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
         return False
-    width = dtypes.get(problem.in_dtype).itemsize
-    a_row = problem.a.strides[0] * width
-    b_row = (problem.b.strides[0] if problem.b.layout == "row" else problem.b.strides[1]) * width
-    d_row_bytes = problem.n * dtypes.get(problem.d_dtype).itemsize
-    return (problem.a.align >= 16 and problem.b.align >= 16 and a_row % 16 == 0
-            and b_row % 16 == 0 and d_row_bytes % 16 == 0)
+    return problem.a.rows_aligned and problem.b.rows_aligned
 
 
 def _matrix(t: Any) -> Any:
@@ -100,12 +96,10 @@ def _strides3(t: Any) -> tuple[int, int, int]:
     return s if len(s) == 3 else (0, *s)
 
 
-def _tma_ready(ops: Operands) -> bool:
-    """The arrays as they are at launch meet the TMA unit's 16-byte rules."""
-    for t in (_matrix(ops.a), _matrix(ops.b), _matrix(ops.d)):
-        if t.data_ptr() % 16 or any((s * t.element_size()) % 16 for s in t.stride() if s != 1):
-            return False
-    return True
+def _tma_ready(t: Any) -> bool:
+    """The matrix as it is at launch meets the TMA unit's 16-byte rules."""
+    return not (t.data_ptr() % 16 or any((s * t.element_size()) % 16
+                                         for s in t.stride() if s != 1))
 
 
 def _capability() -> Capability:
@@ -181,7 +175,7 @@ class TritonBackend(Backend):
             return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
                               num_warps=DOT_WARPS)]
         if interpreting():
-            return [_tile_config(INTERPRETER_TILE)]
+            return [_tile_config(INTERPRETER_TILE)] + staging.offered(self, problem)
         width = int(dtypes.get(problem.in_dtype).itemsize)
         tiles = [_tile_config(t) for t in POINTER_TILES[width]]
         if tma_eligible(problem):
@@ -189,7 +183,8 @@ class TritonBackend(Backend):
         if min(problem.m, problem.n) <= 64:
             # a skinny product wastes most of a 128-wide tile: narrow tiles first
             tiles.sort(key=lambda c: min(c.get("BLOCK_M"), c.get("BLOCK_N")) > 64)
-        return [Config.of("autotune")] + tiles
+        # a misaligned product: its staged TMA tiles (see :mod:`multibackend.staging`) first
+        return [Config.of("autotune")] + staging.offered(self, problem) + tiles
 
     # -- matmul -------------------------------------------------------------------------
     def _matmul_statics(self, problem: Problem, config: Config) -> tuple:
@@ -243,7 +238,6 @@ class TritonBackend(Backend):
         self._launcher()(key, grid, ops.stream, args, constexprs)
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
-        import torch
         import triton.language as tl
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -255,25 +249,28 @@ class TritonBackend(Backend):
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
                   else TensorDescriptor.from_tensor(b, [bk, bn]))
-        d_desc = TensorDescriptor.from_tensor(d, [bm, bn])
+        d_tma = _tma_ready(d)
+        d_desc = TensorDescriptor.from_tensor(d, [bm, bn]) if d_tma else None
         c = _matrix(ops.c) if ops.c is not None else d
-        sms = torch.cuda.get_device_properties(a.device).multi_processor_count
+        sms = self._sm_count(a)
         programs = min(sms, triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
         kernels.matmul_tma_persistent_kernel[(programs,)](
-            a_desc, b_desc, d_desc, c, problem.m, problem.n, problem.k,
-            c.stride(0), c.stride(1), ops.alpha, ops.beta,
+            a_desc, b_desc, d_desc, c, d, problem.m, problem.n, problem.k,
+            c.stride(0), c.stride(1), d.stride(0), d.stride(1), ops.alpha, ops.beta,
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
             NUM_PROGRAMS=programs, ACC=tl.float32 if problem.acc == "float32" else tl.float16,
             B_KMAJOR=b_kmajor, HAS_C=ops.c is not None, SCALE=ops.alpha != 1,
-            WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
+            D_TMA=d_tma, WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
             num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
-        if config.get("kind") != "tma":
+        if staging.is_staged(config):
+            staging.run(problem, ops, config, self._launch)
+        elif config.get("kind") != "tma":
             self._launch_matmul(problem, ops, config)
-        elif _tma_ready(ops):
+        elif _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
             self._launch_tma(problem, ops, config)
-        else:  # an out= array off the 16-byte grid: the same tile through plain loads
+        else:  # arrays off the 16-byte grid: the same tile through plain loads
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
@@ -312,11 +309,9 @@ class TritonBackend(Backend):
             return best
         import statistics
 
-        import torch
-
         from multibackend.timing import rotations, time_gpu
 
-        sms = torch.cuda.get_device_properties(ops.d.device).multi_processor_count
+        sms = self._sm_count(ops.d)
         times: dict[Config, list[float]] = {}
         for order in rotations(self._shortlist(problem, sms), AUTOTUNE_ROUNDS):
             for candidate in order:
@@ -360,17 +355,19 @@ class TritonBackend(Backend):
     def _dot_programs(self, problem: Problem, block: int, x: Any) -> int:
         """Programs of the dot's first pass: enough blocks to fill the GPU, no more than
         there are chunks (the device's multiprocessor count asked once)."""
-        if x.is_cuda:
-            index = x.device.index if x.device.index is not None else 0
-            sms = self._sms.get(index)
-            if sms is None:
-                import torch
-
-                sms = self._sms[index] = torch.cuda.get_device_properties(
-                    index).multi_processor_count
-        else:
-            sms = 2
+        sms = self._sm_count(x) if x.is_cuda else 2
         return max(1, min(triton.cdiv(problem.k, block), sms * DOT_PROGRAMS_PER_SM))
+
+    def _sm_count(self, t: Any) -> int:
+        """The multiprocessors of ``t``'s device (asked once per device)."""
+        index = t.device.index or 0
+        sms = self._sms.get(index)
+        if sms is None:
+            import torch
+
+            sms = self._sms[index] = torch.cuda.get_device_properties(
+                index).multi_processor_count
+        return sms
 
     def _dot_launchers(self) -> tuple[Launcher, Launcher]:
         if self._dot_pair is None:
@@ -395,7 +392,7 @@ class TritonBackend(Backend):
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if config.get("kind") == "tma":
+        if config.get("kind") == "tma" or staging.is_staged(config):
             return None
         key, _, args, _ = self._matmul_launch(problem, operands, config)
         kept = self._launcher().kept(key)

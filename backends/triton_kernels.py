@@ -113,16 +113,19 @@ def dot_finish_kernel(partial_ptr, out_ptr, count, BLOCK: tl.constexpr, ACC: tl.
 
 @triton.jit
 def matmul_tma_persistent_kernel(
-    a_desc, b_desc, d_desc, c_ptr, M, N, K, stride_cm, stride_cn, alpha, beta,
+    a_desc, b_desc, d_desc, c_ptr, d_ptr, M, N, K, stride_cm, stride_cn, stride_dm,
+    stride_dn, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ACC: tl.constexpr,
     B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
+    D_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
 ):
     """Persistent GEMM over tensor-memory-accelerator descriptors: one program per SM walks
     the output tiles in grouped order; the TMA unit fetches A and B tiles (zero-filling past
-    the edges) and stores D (clipping past the edges). B is read as (K, N) tiles, or as
-    (N, K) tiles and transposed in registers when it is column-major (``B_KMAJOR``)."""
+    the edges) and stores D (clipping past the edges) when D's rows are 16-byte aligned
+    (``D_TMA``), else D is stored through masked pointers (``d_ptr``, any strides). B is read
+    as (K, N) tiles, or as (N, K) tiles and transposed in registers when it is column-major
+    (``B_KMAJOR``)."""
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -148,11 +151,15 @@ def matmul_tma_persistent_kernel(
             acc = tl.dot(a, b, acc, out_dtype=ACC)
         if SCALE:
             acc = acc * alpha
+        offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
+        offs_n = (off_n + tl.arange(0, BLOCK_N)).to(tl.int64)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         if HAS_C:
-            offs_m = off_m + tl.arange(0, BLOCK_M)
-            offs_n = off_n + tl.arange(0, BLOCK_N)
-            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-            c = tl.load(c_ptr + offs_m.to(tl.int64)[:, None] * stride_cm
-                        + offs_n.to(tl.int64)[None, :] * stride_cn, mask=mask, other=0)
+            c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
+                        mask=mask, other=0)
             acc = acc + beta * c.to(ACC)
-        d_desc.store([off_m, off_n], acc.to(d_desc.dtype))
+        if D_TMA:
+            d_desc.store([off_m, off_n], acc.to(d_desc.dtype))
+        else:
+            tl.store(d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn,
+                     acc.to(d_ptr.dtype.element_ty), mask=mask)

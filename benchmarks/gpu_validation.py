@@ -77,7 +77,7 @@ def _members(names: list[str], a, b, mode: str) -> dict:
     return calls
 
 
-def _checked(calls: dict, a, b, problem, notes: list) -> dict:
+def checked(calls: dict, a, b, problem, notes: list) -> dict:
     """The members whose result matches the float64 reference (the first call plans)."""
     from multibackend import reference
 
@@ -145,7 +145,7 @@ def main() -> int:
                 a, b = _operands(shape, dtype, seed=i)
                 problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc)
                 problem_notes: list = []
-                calls = _checked(_members(members, a, b, mode), a, b, problem, problem_notes)
+                calls = checked(_members(members, a, b, mode), a, b, problem, problem_notes)
                 notes += [f"{dtype} {shape.label}: {n}" for n in problem_notes]
                 timed = time_interleaved(calls, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)

@@ -40,6 +40,18 @@ class Operand:
     def ld_bytes(self) -> float:
         return self.ld * dtypes.get(self.dtype).itemsize
 
+    @property
+    def rows_aligned(self) -> bool:
+        """Whether every line along the contiguous direction (each row of a row-major operand,
+        each column of a column-major one, in every batch entry) starts on a 16-byte boundary:
+        what TMA, vectorized loads and cuBLAS's fast kernels need."""
+        if self.layout == "strided":
+            return False
+        size = dtypes.get(self.dtype).itemsize
+        lines = self.rows if self.layout == "row" else self.cols
+        return (self.align >= 16 and (lines <= 1 or (self.ld * size) % 16 == 0)
+                and (self.batch_stride * size) % 16 == 0)
+
 
 @dataclass(frozen=True, eq=False)
 class Problem:
@@ -76,6 +88,12 @@ class Problem:
         return self.packed or self.a.dtype
 
     @property
+    def misaligned(self) -> bool:
+        """A matmul whose A or B has a line off the 16-byte grid (see
+        :attr:`Operand.rows_aligned`): cuBLAS leaves its fast kernels for it."""
+        return self.op == "matmul" and not (self.a.rows_aligned and self.b.rows_aligned)
+
+    @property
     def flops(self) -> int:
         """Arithmetic operations counted the usual way (2 per multiply-add)."""
         return 2 * self.m * self.n * self.k * self.batch
@@ -96,7 +114,8 @@ class Problem:
         """A short text naming what a tuned choice depends on (used by tuning tables)."""
         lay = self.a.layout[0] + self.b.layout[0]
         prec = f":{self.precision}" if self.precision and self.precision != "ieee" else ""
-        return (f"{self.op}:{self.in_dtype}->{self.d_dtype}{prec}:{lay}:"
+        grid = ":unaligned" if self.misaligned else ""
+        return (f"{self.op}:{self.in_dtype}->{self.d_dtype}{prec}:{lay}{grid}:"
                 f"b{self.batch}:m{self.m}:n{self.n}:k{self.k}")
 
     def describe(self) -> str:

@@ -14,6 +14,13 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
   Phi-3-mini, Mistral-NeMo-12B) at M in {1, 2, 4, 8, 16, 32, 64, 128, 512, 4096} (each
   projection at three of them, every M at several projections), odd cubes and batched
   products.
+- ``misaligned``: 16-bit products whose rows are off the 16-byte grid (K or N not a
+  multiple of 8: odd cubes, vocabulary projections), where cuBLAS leaves its fast kernels;
+  ``misaligned_small``: such products under 512 on a side, or decode-sized, where staging
+  cannot pay.
+- ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
+  committed calibration of the misaligned path is tuned on (never the shapes it is scored
+  on).
 """
 from __future__ import annotations
 
@@ -100,6 +107,18 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     "batched": (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 2048, 2048, 2048),
                 Shape(128, 64, 64, 256)),
     "validation": _validation(),
+    # 16-bit rows off the 16-byte grid (K or N not a multiple of 8): cuBLAS's slow path
+    "misaligned": (Shape(1, 4095, 4095, 4095), Shape(1, 4097, 4095, 4096),
+                   Shape(1, 3000, 4097, 4095), Shape(1, 8191, 8191, 8191),
+                   Shape(1, 2047, 32001, 4096), Shape(1, 4096, 50257, 4096)),
+    "misaligned_small": (Shape(1, 17, 33, 65), Shape(1, 100, 257, 99), Shape(1, 129, 511, 255),
+                         Shape(1, 333, 129, 499), Shape(1, 511, 511, 511),
+                         Shape(1, 64, 4095, 4097), Shape(1, 7, 11008, 4095)),
+    "calibration_misaligned": (
+        Shape(1, 513, 515, 517), Shape(1, 1025, 1023, 1021), Shape(1, 1537, 1535, 1539),
+        Shape(1, 2049, 2047, 2045), Shape(1, 2500, 2999, 3001), Shape(1, 3583, 3585, 3581),
+        Shape(1, 6143, 6145, 6141), Shape(1, 1024, 32003, 4096), Shape(1, 16, 4097, 4095),
+        Shape(1, 128, 11009, 4095), Shape(1, 32, 6143, 4097), Shape(1, 300, 301, 303)),
 }
 
 

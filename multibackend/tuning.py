@@ -51,7 +51,8 @@ def family(problem: Problem) -> str:
     """The problem's key without its sizes: what must match for a bucket to apply."""
     lay = problem.a.layout[0] + problem.b.layout[0]
     return (f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:{problem.precision}:"
-            f"{problem.acc}:{lay}:{'batched' if problem.batch > 1 else 'single'}")
+            f"{problem.acc}:{lay}:{'batched' if problem.batch > 1 else 'single'}"
+            f"{':unaligned' if problem.misaligned else ''}")
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, toolchain  # noqa: E402
+from multibackend import cutlass_build, cutlass_emit, staging, toolchain  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config  # noqa: E402
 from multibackend.problem import synthetic  # noqa: E402
@@ -179,6 +179,19 @@ def test_ragged_f16_falls_back_to_smaller_alignment_kernels():
     assert "half_t" not in source and "cutlass::bfloat16_t" in source
 
 
+def test_misaligned_problem_is_offered_staged_tma_kernels():
+    """K = N = 4095: no 16-byte-aligned row; the staged configs run the TMA mainloop on the
+    aligned copies of A and B (with a non-TMA epilogue for D's odd width)."""
+    odd = synthetic(4095, 4095, 4095, "float16")
+    staged = [c for c in BACKEND.configs(odd) if staging.is_staged(c)]
+    assert staged and all(not c.name.endswith("_tma") for c in BACKEND.configs(odd)
+                          if not staging.is_staged(c))
+    candidate = backend_module.candidate_for(*staging.unwrap(odd, staged[0]))
+    assert candidate.family == "3x_tma" and staged[0].get("epilogue") == "nosmem"
+    assert BACKEND.variants(odd, staged[0]) and all(
+        staging.is_staged(v) for v in BACKEND.variants(odd, staged[0]))
+
+
 def test_odd_output_width_uses_a_non_tma_epilogue():
     configs = BACKEND.configs(synthetic(128, 129, 64, "float16", b_layout="col"))
     assert configs and all(c.get("epilogue") == "nosmem" for c in configs)
@@ -204,11 +217,20 @@ def test_rejections_name_the_rule(kwargs, rule, words):
     assert words in reason.message
 
 
-def test_strided_operands_are_rejected():
-    problem = synthetic(64, 64, 64, "float16")
-    strided = problem.with_(a=problem.a.__class__(**{**problem.a.__dict__, "layout": "strided"}))
-    reason = BACKEND.supports(strided)
-    assert reason is not None and reason.rule == "layout"
+def test_strided_operands_are_rejected_or_staged():
+    """No kernel reads a strided operand as it lies: a 16-bit one is taken only through
+    staged configs (copied row-major onto the grid), any other is refused."""
+    for dtype in ("float16", "float32"):
+        problem = synthetic(64, 64, 64, dtype)
+        strided = problem.with_(a=problem.a.__class__(**{**problem.a.__dict__,
+                                                         "layout": "strided"}))
+        reason = BACKEND.supports(strided)
+        if dtype == "float16":
+            assert reason is None
+            configs = BACKEND.configs(strided)
+            assert configs and all(staging.is_staged(c) for c in configs)
+        else:
+            assert reason is not None and reason.rule == "layout"
 
 
 def test_unknown_config_is_an_error_naming_it():
@@ -286,11 +308,18 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     source = cutlass_emit.emit(candidate)
     bf16 = synthetic(33, 17, 9, "bfloat16")  # 1-element alignment: the retyped 2.x kernels
     bf16_candidate = backend_module.candidate_for(bf16, Config.of("64x64x32_s2_sm75"))
-    path, bf16_path = cutlass_build.build_many(  # in parallel, one nvcc each
+    odd = synthetic(4095, 4095, 4095, "float16")  # staged: the aligned kernel on copies
+    staged_config = next(c for c in BACKEND.configs(odd) if staging.is_staged(c))
+    staged_candidate = backend_module.candidate_for(*staging.unwrap(odd, staged_config))
+    path, bf16_path, staged_path = cutlass_build.build_many(  # in parallel, one nvcc each
         [(source, candidate.arch, candidate.name),
-         (cutlass_emit.emit(bf16_candidate), bf16_candidate.arch, bf16_candidate.name)], 2)
+         (cutlass_emit.emit(bf16_candidate), bf16_candidate.arch, bf16_candidate.name),
+         (cutlass_emit.emit(staged_candidate), staged_candidate.arch, staged_candidate.name)],
+        2)
     assert bf16_candidate.arch == "90" and bf16_candidate.family == "2x_retyped"
     assert re.search(r"\bHMMA\.1688\.F32\.BF16\b", toolchain.sass(bf16_path))
+    assert re.search(r"\bHGMMA\.64x\d+x16\.F32\b", toolchain.sass(staged_path))
+    assert re.search(r"\bUTMALDG\b", toolchain.sass(staged_path))
     assert path.parent == tmp_path / "cutlass"
     assert cutlass_build.cached_library(cutlass_build.artifact_key(source, "90a")) == path
     stamp = path.stat().st_mtime_ns

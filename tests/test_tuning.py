@@ -84,15 +84,17 @@ def test_lookup_exact_entry():
 
 def test_lookup_nearest_bucket_within_radius():
     tables = tables_with(entry(4096, 4096, 4096, "cutlass"), entry(1024, 1024, 1024, "triton"))
-    hit = tuning.lookup(synthetic(3000, 5000, 4500), tables)
+    hit = tuning.lookup(synthetic(3000, 5000, 4504), tables)
     assert hit.backend == "cutlass" and "nearest" in hit.detail
-    hit = tuning.lookup(synthetic(1500, 900, 1024), tables)
+    hit = tuning.lookup(synthetic(1500, 904, 1024), tables)
     assert hit.backend == "triton"
 
 
 def test_lookup_none_outside_radius_or_family():
     tables = tables_with(entry(4096, 4096, 4096, "cutlass"))
     assert tuning.lookup(synthetic(1024, 4096, 4096), tables) is None  # factor 4 in M
+    # rows off the 16-byte grid: another family (cuBLAS leaves its fast kernels there)
+    assert tuning.lookup(synthetic(4096, 4096, 4095), tables) is None
     assert tuning.lookup(synthetic(4096, 4096, 4096, "bfloat16"), tables) is None
     assert tuning.lookup(synthetic(4096, 4096, 4096, batch=8), tables) is None
 
@@ -119,7 +121,12 @@ def test_table_from_this_environment_is_used(tmp_path):
 # -- suites -----------------------------------------------------------------------------------
 
 def test_suites_are_named_and_llm_covers_the_projections():
-    assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation"}
+    assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation",
+                           "misaligned", "misaligned_small", "calibration_misaligned"}
+    assert all(synthetic(s.m, s.n, s.k).misaligned for name in
+               ("misaligned", "misaligned_small", "calibration_misaligned") for s in suite(name))
+    assert not set(suite("calibration_misaligned")) & (
+        set(suite("misaligned")) | set(suite("misaligned_small")) | set(suite("validation")))
     llm = suite("llm")
     assert {s.m for s in llm} == {1, 16, 128, 2048, 8192}
     assert Shape(1, 2048, 28672, 8192) in llm and Shape(1, 16, 1024, 4096) in llm

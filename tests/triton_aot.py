@@ -2,7 +2,7 @@
 holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
-    python tests/triton_aot.py {pointer|tma|dot} {float16|bfloat16}
+    python tests/triton_aot.py {pointer|tma|tma_pointer_d|dot} {float16|bfloat16}
 """
 from __future__ import annotations
 
@@ -41,15 +41,21 @@ def compile_pointer(dtype: str):
                           options={"num_warps": 8, "num_stages": 3})
 
 
-def compile_tma(dtype: str):
+def compile_tma(dtype: str, d_tma: bool = True):
+    """The persistent TMA kernel; ``d_tma`` False: D stored through pointers (a D whose rows
+    are off the 16-byte grid)."""
     e = TYPES[dtype]
     args = [("a_desc", f"tensordesc<{e}[128, 64]>"), ("b_desc", f"tensordesc<{e}[64, 256]>"),
-            ("d_desc", f"tensordesc<{e}[128, 256]>"), ("c_ptr", f"*{e}"), ("M", "i32"),
-            ("N", "i32"), ("K", "i32"), ("stride_cm", "i32"), ("stride_cn", "i32"),
-            ("alpha", "fp32"), ("beta", "fp32")]
+            ("c_ptr", f"*{e}"), ("d_ptr", f"*{e}"), ("M", "i32"), ("N", "i32"), ("K", "i32"),
+            ("stride_cm", "i32"), ("stride_cn", "i32"), ("stride_dm", "i32"),
+            ("stride_dn", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
     consts = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, NUM_PROGRAMS=132,
-                  ACC=tl.float32, B_KMAJOR=False, HAS_C=False, SCALE=False,
+                  ACC=tl.float32, B_KMAJOR=False, HAS_C=False, SCALE=False, D_TMA=d_tma,
                   WARP_SPECIALIZE=False)
+    if d_tma:
+        args.insert(2, ("d_desc", f"tensordesc<{e}[128, 256]>"))
+    else:
+        consts["d_desc"] = None
     src = triton.compiler.ASTSource(fn=kernels.matmul_tma_persistent_kernel,
                                     signature=_signature(args, consts), constexprs=consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -69,13 +75,16 @@ def compile_dot(dtype: str):
 
 def main() -> None:
     kind, dtype = sys.argv[1], sys.argv[2]
-    compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot}[kind](dtype)
+    compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
+                "tma_pointer_d": lambda d: compile_tma(d, d_tma=False)}[kind](dtype)
     ptx = compiled.asm["ptx"]
     print(json.dumps({
         "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
         "wgmma": ptx.count("wgmma.mma_async"),
         "mma_sync": ptx.count("mma.sync"),
-        "tma_load": ptx.count("cp.async.bulk.tensor"),
+        "tma_load": ptx.count("cp.async.bulk.tensor.2d.shared"),
+        "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
+        "global_stores": ptx.count("st.global"),
         "vector_loads": ptx.count("ld.global.v4") + ptx.count("ld.global.nc.v4"),
         "shared": compiled.metadata.shared,
     }))

@@ -88,7 +88,7 @@ def pytest_collection_finish(session):
     selected = [item for item in session.items if item.get_closest_marker("cutlass")]
     if not selected or not _cutlass_ready():
         return
-    from multibackend import cutlass_emit
+    from multibackend import cutlass_emit, staging
     from multibackend.backends import cutlass as backend_module
 
     sources: dict = {}  # candidate -> its source (candidates are shared between problems)
@@ -100,7 +100,7 @@ def pytest_collection_finish(session):
         try:
             jobs = []
             for problem, config in listing(item):
-                candidate = backend_module.candidate_for(problem, config)
+                candidate = backend_module.candidate_for(*staging.unwrap(problem, config))
                 source = sources.get(candidate)
                 if source is None:
                     source = sources[candidate] = cutlass_emit.emit(candidate)

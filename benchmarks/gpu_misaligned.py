@@ -1,0 +1,203 @@
+"""Misaligned products (rows off the 16-byte grid) against torch.matmul and their aligned
+neighbours, in the same run.
+
+Run from the repository root on a machine with a GPU:
+
+    python3 benchmarks/gpu_misaligned.py --out-dir benchmarks/results/<GPU> \\
+        [--dtype float16 --dtype bfloat16] [--mode eager --mode graph]
+
+Problems: the ``misaligned`` suite (contiguous operands whose K or N is not a multiple of 8)
+and a 4096x4096x4096 product on views sliced from 4096x4100 matrices (row stride 4100, every
+row 8 bytes off the grid), plus the ``misaligned_small`` suite, where staging cannot pay and
+``auto`` must simply not lose. Members, each checked against the float64 reference first and
+then timed with their runs alternated (:func:`multibackend.timing.time_interleaved`):
+``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
+shortlist, staged TMA tiles included), ``cutlass`` (its first staged kernel, built beforehand
+in one parallel nvcc pass), ``raw_wmma`` (its default: the fast kernel on staged copies), ``auto`` (no table: the calibrated rule), and ``aligned`` — ``torch.matmul`` on the
+aligned neighbour (every side rounded up to a multiple of 64, contiguous) — for the fraction
+of aligned speed. Every figure of a staged member includes its copies.
+
+Writes ``misaligned_<mode>.json``: rows ``{dtype, m, n, k, batch, lda, ldb, mode, backend,
+ms, torch_ms}`` (``backend`` "torch" for torch.matmul itself, "aligned" for the neighbour,
+whose m, n, k are the problem's), and prints per member the geometric mean of torch_ms / ms
+and each problem's TFLOP/s as a fraction of its aligned neighbour's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_validation import BASE, checked  # noqa: E402
+
+MEMBERS = ("triton", "cutlass", "raw_wmma", "auto")
+NEIGHBOUR = "aligned"
+#: the sliced case: a 4096^3 product on views of 4096 x SLICED_LD matrices
+SLICED_LD = 4100
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", action="append", dest="dtypes")
+    p.add_argument("--mode", action="append", dest="modes")
+    p.add_argument("--member", action="append", dest="members")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--max-seconds", type=float, default=2.0, help="per problem and mode")
+    p.add_argument("--out-dir", default=".")
+    return p.parse_args()
+
+
+def _rand(shape, dtype, gen):
+    import torch
+
+    return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(dtype)
+
+
+def _cases(dtype):
+    """(label, A, B) for every problem: the suites' contiguous operands, then the views."""
+    import torch
+
+    from multibackend.suites import suite
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for shape in suite("misaligned") + suite("misaligned_small"):
+        yield shape.label, _rand((shape.m, shape.k), dtype, gen), \
+            _rand((shape.k, shape.n), dtype, gen)
+    a = _rand((4096, SLICED_LD), dtype, gen)[:, :4096]
+    b = _rand((4096, SLICED_LD), dtype, gen)[:, :4096]
+    yield f"4096x4096x4096 ld {SLICED_LD}", a, b
+
+
+def _neighbour(a, b, gen):
+    import torch
+
+    m, k = a.shape
+    n = b.shape[1]
+    up = [-(-x // 64) * 64 for x in (m, n, k)]
+    a2 = _rand((up[0], up[2]), a.dtype, gen)
+    b2 = _rand((up[2], up[1]), b.dtype, gen)
+    return lambda: torch.matmul(a2, b2)
+
+
+def _cutlass_config(a, b):
+    """CUTLASS's first staged config for the product (None where it offers none)."""
+    from multibackend import staging
+    from multibackend.registry import REGISTRY
+    from multibackend.request import matmul_call
+
+    backend = REGISTRY.get("cutlass")
+    problem = matmul_call(a, b, None).problem
+    if backend.supports(problem) is not None:
+        return None
+    return next((c for c in backend.configs(problem) if staging.is_staged(c)), None)
+
+
+def _prebuild(cases, members):
+    """Every CUTLASS kernel the members will run, in one parallel nvcc pass."""
+    if "cutlass" not in members:
+        return
+    from multibackend.backends.cutlass import prepare_many
+    from multibackend.request import matmul_call
+
+    jobs = []
+    for _, a, b in cases:
+        config = _cutlass_config(a, b)
+        if config is not None:
+            jobs.append((matmul_call(a, b, None).problem, config))
+    try:
+        prepare_many(jobs)
+    except Exception as exc:  # reported; those members are then dropped as failing
+        print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
+
+
+def _summary(rows: list[dict], mode: str) -> list[str]:
+    lines = [f"{mode}: x torch.matmul (torch_ms / ms), same run, runs alternated"]
+    by_member: dict[str, list[float]] = {}
+    for r in rows:
+        if r["backend"] not in (BASE, NEIGHBOUR):
+            by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
+    for name, ratios in by_member.items():
+        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        lines.append(f"  {name:10s} problems {len(ratios):3d}  geomean {geo:.3f}  "
+                     f"min {min(ratios):.3f}")
+    return lines
+
+
+def main() -> int:
+    args = parse()
+    import torch
+
+    from multibackend import dtypes as mb_dtypes
+    from multibackend.request import matmul_call
+    from multibackend.timing import check_mode, time_interleaved
+
+    import multibackend as mb
+
+    dtypes_ = args.dtypes or ["float16", "bfloat16"]
+    modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]
+    members = args.members or list(MEMBERS)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"misaligned on {torch.cuda.get_device_name()}: {dtypes_}, modes {modes}, members "
+          f"{[BASE] + members + [NEIGHBOUR]}", flush=True)
+    start = time.monotonic()
+    rows: dict[str, list[dict]] = {mode: [] for mode in modes}
+    notes: list[str] = []
+    for dtype in dtypes_:
+        cases = list(_cases(mb_dtypes.torch_dtype(dtype)))
+        _prebuild(cases, members)
+        gen = torch.Generator(device="cuda").manual_seed(1)
+        for label, a, b in cases:
+            problem = matmul_call(a, b, None).problem
+            calls = {BASE: lambda a=a, b=b: torch.matmul(a, b)}
+            for name in members:
+                config = _cutlass_config(a, b) if name == "cutlass" else None
+                if name == "cutlass" and config is None:
+                    continue
+                calls[name] = (lambda a=a, b=b: mb.matmul(a, b)) if name == "auto" else \
+                    (lambda a=a, b=b, name=name, config=config:
+                     mb.matmul(a, b, backend=name, config=config))
+            problem_notes: list[str] = []
+            kept = checked(calls, a, b, problem, problem_notes)
+            notes += [f"{dtype} {label}: {n}" for n in problem_notes]
+            kept[NEIGHBOUR] = _neighbour(a, b, gen)
+            flops = problem.flops
+            up = [-(-x // 64) * 64 for x in (problem.m, problem.n, problem.k)]
+            neighbour_flops = 2 * up[0] * up[1] * up[2]
+            for mode in modes:
+                timed = time_interleaved(kept, mode=mode, reps=args.reps,
+                                         max_seconds=args.max_seconds)
+                base = timed[BASE].median_ms
+                rate = {name: (neighbour_flops if name == NEIGHBOUR else flops)
+                        / (t.median_ms * 1e-3) / 1e12 for name, t in timed.items()}
+                for name, t in timed.items():
+                    rows[mode].append({
+                        "dtype": dtype, "m": problem.m, "n": problem.n, "k": problem.k,
+                        "batch": 1, "lda": a.stride(0), "ldb": b.stride(0), "mode": mode,
+                        "backend": name, "ms": t.median_ms, "torch_ms": base,
+                        "tflops": rate[name]})
+                text = "  ".join(f"{n} {base / t.median_ms:.2f}x "
+                                 f"({rate[n] / rate[NEIGHBOUR]:.0%})"
+                                 for n, t in timed.items() if n not in (BASE, NEIGHBOUR))
+                print(f"[{time.monotonic() - start:5.0f}s] {mode:5s} {dtype:8s} {label:28s} "
+                      f"torch {rate[BASE]:6.1f} TF/s  aligned {rate[NEIGHBOUR]:6.1f}  {text}",
+                      flush=True)
+            del a, b, kept, calls
+            torch.cuda.empty_cache()
+    for mode in modes:
+        (out_dir / f"misaligned_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
+        for line in _summary(rows[mode], mode):
+            print(line, flush=True)
+    for note in notes:
+        print("  note:", note, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

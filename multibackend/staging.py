@@ -1,0 +1,141 @@
+"""Staging: misaligned operands copied onto the 16-byte grid, so the fast kernels run.
+
+TMA, vectorized loads and cuBLAS's fast kernels need every line of an operand (each row of a
+row-major matrix, each column of a column-major one) to start on a 16-byte boundary. A K or
+N that is not a multiple of 8 (16-bit types), a view sliced from a wider matrix or an offset
+pointer breaks that, and cuBLAS falls to kernels at a fifth of its aligned speed. A *staged*
+config copies each misaligned operand of A and B into a buffer whose lines start every
+:data:`PAD` elements (one pass at copy bandwidth, inside the call, so every timing counts
+it) and runs the backend's aligned kernel on the copies. D is written in place by the
+kernel's own epilogue, whatever its alignment. The padding between lines is never read:
+every kernel bounds its loads by the logical M, N and K (TMA zero-fills past them), so it
+is not cleared.
+
+Buffers come from torch's caching allocator, which keeps a pool per device and stream: a
+repeated call is served from it without a device allocation, inside a CUDA graph capture the
+buffer comes from the graph's own pool (as any torch op's output does), and nothing grows
+beyond what the allocator already bounds.
+
+A backend offers staged configs, named ``staged:<its config for the staged problem>``, next
+to its own for a misaligned problem (:func:`offered`); the tuner, first-call autotuning and
+the calibrated dispatch rule weigh them like any other config, since the copy costs more
+than it saves on small problems.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from multibackend.backends.base import Config, Operands
+
+from .problem import Operand, Problem, interned
+
+#: staged lines start every PAD elements (128 bytes for 16-bit types)
+PAD = 64
+PREFIX = "staged:"
+#: how many of a backend's configs for the staged problem it offers as staged configs
+OFFERED = 3
+_STAGED: dict[Problem, Problem] = {}
+_LIMIT = 4096
+
+
+def is_staged(config: Config | None) -> bool:
+    return config is not None and bool(config.get("staged"))
+
+
+def wrap(config: Config) -> Config:
+    """The staged config running ``config`` (a config of the staged problem)."""
+    return Config.of(PREFIX + config.name, staged=True, **dict(config.params))
+
+
+def inner(config: Config) -> Config:
+    """The config of the staged problem that staged config ``config`` runs."""
+    params = {k: v for k, v in config.params if k != "staged"}
+    return Config.of(config.name.removeprefix(PREFIX), **params)
+
+
+def _round_up(n: int) -> int:
+    return -(-max(n, 1) // PAD) * PAD
+
+
+def _staged_operand(op: Operand) -> Operand:
+    """Where a misaligned operand lies once staged: its own orientation (row- or
+    column-major; a strided one becomes row-major), lines every PAD elements."""
+    if op.rows_aligned:
+        return op
+    layout = "col" if op.layout == "col" else "row"
+    lines, length = (op.cols, op.rows) if layout == "col" else (op.rows, op.cols)
+    ld = _round_up(length)
+    strides = (ld, 1) if layout == "row" else (1, ld)
+    return replace(op, layout=layout, ld=ld, strides=strides,
+                   batch_stride=lines * ld if op.batch_stride else 0, align=256)
+
+
+def staged_problem(problem: Problem) -> Problem:
+    """The problem the backend's kernel sees once A and B are staged (the same object for
+    the same problem)."""
+    found = _STAGED.get(problem)
+    if found is None:
+        found = interned(problem.with_(a=_staged_operand(problem.a),
+                                       b=_staged_operand(problem.b)))
+        if len(_STAGED) >= _LIMIT:
+            _STAGED.clear()
+        _STAGED[problem] = found
+    return found
+
+
+def unwrap(problem: Problem, config: Config) -> tuple[Problem, Config]:
+    """(the problem, the config) a kernel is built for: the staged problem and the inner
+    config for a staged config, else the arguments themselves."""
+    if is_staged(config):
+        return staged_problem(problem), inner(config)
+    return problem, config
+
+
+def offered(backend: Any, problem: Problem, limit: int = OFFERED) -> list[Config]:
+    """``backend``'s staged configs for ``problem``: its first ``limit`` configs for the
+    staged problem, wrapped; none where nothing is misaligned, operands are packed, or the
+    backend refuses the staged problem."""
+    if not problem.misaligned or problem.packed:
+        return []
+    staged = staged_problem(problem)
+    if backend.supports(staged) is not None:
+        return []
+    return [wrap(c) for c in backend.configs(staged) if c.name != "autotune"][:limit]
+
+
+def _copy(src: Any, was: Operand, now: Operand) -> Any:
+    """``src`` (a 2-D matrix, or a 3-D batch whose entries lie as ``was`` says: batch
+    stride 0 for one matrix broadcast over the batch) copied into a fresh buffer laid out
+    as ``now``, in the same shape."""
+    import torch
+
+    broadcast = src.dim() == 3 and not was.batch_stride
+    entries = src.shape[0] if src.dim() == 3 and not broadcast else 1
+    lines = now.cols if now.layout == "col" else now.rows
+    flat = torch.empty(entries * lines * now.ld, dtype=src.dtype, device=src.device)
+    if src.dim() == 2:
+        dst = flat.as_strided((now.rows, now.cols), now.strides)
+        dst.copy_(src)
+        return dst
+    dst = flat.as_strided((entries, now.rows, now.cols), (lines * now.ld, *now.strides))
+    dst.copy_(src[:1] if broadcast else src)
+    if broadcast:
+        return flat.as_strided(tuple(src.shape), (0, *now.strides))
+    return dst
+
+
+def stage(problem: Problem, staged: Problem, ops: Operands) -> Operands:
+    """``ops`` with each misaligned A or B replaced by its staged copy (queued on the
+    current stream, which the caller has made the call's)."""
+    a = ops.a if staged.a == problem.a else _copy(ops.a, problem.a, staged.a)
+    b = ops.b if staged.b == problem.b else _copy(ops.b, problem.b, staged.b)
+    return replace(ops, a=a, b=b)
+
+
+def run(problem: Problem, ops: Operands, config: Config,
+        launch: Callable[[Problem, Operands, Config], None]) -> None:
+    """Stage ``ops`` for the staged config ``config`` and ``launch`` the inner config on
+    the copies."""
+    staged = staged_problem(problem)
+    launch(staged, stage(problem, staged, ops), inner(config))

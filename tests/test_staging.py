@@ -1,0 +1,158 @@
+"""CPU tier for staging (misaligned operands copied onto the 16-byte grid): which problems
+count as misaligned, where staged operands lie, that every backend offers staged configs and
+builds the aligned kernel for them, and exact results of the staged Triton path in the
+interpreter on small-integer operands: odd M, N, K, leading dimensions and pointer offsets
+of 1, 2, 4 and 8 elements, every layout, batched and broadcast operands, alpha, beta and C."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import staging
+from multibackend.problem import synthetic
+from multibackend.registry import REGISTRY
+from multibackend.request import matmul_call
+
+interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
+                                      reason="interpreter tests run where there is no GPU")
+
+
+def _ints(shape, gen, dtype=torch.float16):
+    return torch.randint(-4, 5, shape, generator=gen).to(dtype)
+
+
+def _view(rows: int, cols: int, layout: str, offset: int, pad: int, gen,
+          batch: int | None = None, dtype=torch.float16):
+    """A rows x cols operand (or a batch of them) in ``layout``, sliced ``offset`` elements
+    into a wider buffer whose lines are ``pad`` elements longer than they need be."""
+    lines, length = (cols, rows) if layout == "col" else (rows, cols)
+    lead = (batch,) if batch else ()
+    wide = _ints(lead + (lines, length + pad + offset), gen, dtype)
+    part = wide[..., offset:offset + length]
+    return part.transpose(-1, -2) if layout == "col" else part
+
+
+def _reference(a, b, c, alpha, beta):
+    d = alpha * (a.double() @ b.double())
+    return d + beta * c.double() if c is not None else d
+
+
+def _staged_config(call) -> str:
+    names = [c.name for c in REGISTRY.get("triton").configs(call.problem)
+             if c.name.startswith(staging.PREFIX)]
+    assert names, "no staged config offered for a misaligned problem"
+    return names[0]
+
+
+def test_misaligned_is_about_lines_not_shapes():
+    assert not synthetic(4096, 4096, 4096).misaligned
+    assert synthetic(4096, 4096, 4095).misaligned  # A's rows: 4095 * 2 bytes
+    assert synthetic(4096, 4095, 4096).misaligned  # B's rows
+    assert not synthetic(4095, 4096, 4096).misaligned  # M does not touch a line's start
+    assert not synthetic(4096, 4095, 4096, "float32", b_layout="col").misaligned
+    assert synthetic(4096, 4096, 4095, "float32").misaligned
+    assert synthetic(64, 64, 4095).key.endswith(":unaligned:b1:m64:n64:k4095")
+    assert ":unaligned" not in synthetic(64, 64, 4096).key
+
+
+@pytest.mark.parametrize("layouts", [("row", "row"), ("row", "col"), ("col", "row"),
+                                     ("col", "col")])
+def test_staged_operands_lie_on_the_grid(layouts):
+    p = synthetic(33, 65, 17, a_layout=layouts[0], b_layout=layouts[1], batch=3)
+    s = staging.staged_problem(p)
+    assert s is staging.staged_problem(p)
+    for was, now in ((p.a, s.a), (p.b, s.b)):
+        assert now.rows_aligned and now.layout == was.layout
+        assert (now.rows, now.cols) == (was.rows, was.cols)
+        assert now.ld % staging.PAD == 0 and now.ld >= (now.rows if now.layout == "col"
+                                                        else now.cols)
+    aligned = synthetic(64, 64, 64)
+    assert staging.staged_problem(aligned).a == aligned.a
+
+
+def test_staged_config_round_trip():
+    cfg = REGISTRY.get("triton").configs(synthetic(100, 100, 99))[-1]
+    assert staging.is_staged(cfg) and cfg.name.startswith(staging.PREFIX)
+    inner = staging.inner(cfg)
+    assert not staging.is_staged(inner) and staging.wrap(inner) == cfg
+
+
+def test_every_backend_offers_staged_configs_only_where_misaligned():
+    odd, even = synthetic(4095, 4095, 4095), synthetic(4096, 4096, 4096)
+    for name in ("triton", "cutlass", "raw_wmma"):
+        backend = REGISTRY.get(name)
+        staged = [c for c in backend.configs(odd) if staging.is_staged(c)]
+        assert staged, name
+        assert not [c for c in backend.configs(even) if staging.is_staged(c)], name
+        for cfg in staged:  # each runs a config of the aligned problem
+            inner_names = {c.name for c in backend.configs(staging.staged_problem(odd))}
+            assert staging.inner(cfg).name in inner_names, (name, cfg.name)
+
+
+def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the configs of the GPU, not the interpreter
+    odd = synthetic(4095, 4095, 4095)
+    staged = staging.staged_problem(odd)
+    triton_cfgs = REGISTRY.get("triton").configs(odd)
+    assert any(c.get("kind") == "tma" for c in triton_cfgs if staging.is_staged(c))
+    assert not any(c.get("kind") == "tma" for c in triton_cfgs if not staging.is_staged(c))
+    from multibackend.backends.raw_wmma import fast_eligible
+
+    assert fast_eligible(odd) is not None and fast_eligible(staged) is None
+
+
+@interpreter_only
+@pytest.mark.parametrize("offset", [1, 2, 4, 8])
+@pytest.mark.parametrize("layouts", [("row", "row"), ("row", "col"), ("col", "row"),
+                                     ("col", "col")])
+def test_staged_triton_exact_on_offset_views(offset, layouts):
+    gen = torch.Generator().manual_seed(offset * 7 + len(layouts[0]))
+    m, n, k = 33, 47, 29
+    a = _view(m, k, layouts[0], offset, 3, gen)
+    b = _view(k, n, layouts[1], offset, 5, gen)
+    call = matmul_call(a, b, None)
+    assert call.problem.misaligned
+    d = mb.matmul(a, b, backend="triton", config=_staged_config(call))
+    assert torch.equal(d.double(), _reference(a, b, None, 1, 0))
+
+
+@interpreter_only
+@pytest.mark.parametrize("shape", [(1, 9, 7), (17, 33, 65), (65, 17, 127), (7, 129, 3)])
+def test_staged_triton_exact_with_alpha_beta_c(shape):
+    m, n, k = shape
+    gen = torch.Generator().manual_seed(m + n + k)
+    a, b = _ints((m, k), gen), _ints((k, n), gen)
+    c = _ints((m, n), gen)
+    call = matmul_call(a, b, c, alpha=2.0, beta=-1.0)
+    d = mb.matmul(a, b, c, alpha=2.0, beta=-1.0, backend="triton",
+                  config=_staged_config(call))
+    assert torch.equal(d.double(), _reference(a, b, c, 2.0, -1.0))
+
+
+@interpreter_only
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_staged_triton_exact_batched(broadcast):
+    gen = torch.Generator().manual_seed(11)
+    batch, m, n, k = 3, 19, 23, 37
+    a = _view(m, k, "row", 2, 1, gen, batch=batch)
+    b = _view(k, n, "col", 1, 2, gen) if broadcast else _view(k, n, "row", 4, 3, gen,
+                                                                batch=batch)
+    c = _ints((batch, m, n), gen)
+    call = matmul_call(a, b, c, alpha=1.0, beta=2.0)
+    assert call.problem.misaligned and call.problem.batch == batch
+    d = mb.matmul(a, b, c, beta=2.0, backend="triton", config=_staged_config(call))
+    assert torch.equal(d.double(), _reference(a, b, c, 1.0, 2.0))
+
+
+@interpreter_only
+def test_staged_copies_are_aligned_and_leave_aligned_operands_alone():
+    gen = torch.Generator().manual_seed(3)
+    a = _view(9, 13, "row", 1, 0, gen)  # misaligned
+    b = _ints((13, 64), gen)  # aligned
+    call = matmul_call(a, b, None)
+    s = staging.staged_problem(call.problem)
+    ops = staging.stage(call.problem, s, call.operands)
+    assert ops.b is call.operands.b
+    assert ops.a.data_ptr() % 16 == 0 and (ops.a.stride(-2) * 2) % 16 == 0
+    assert torch.equal(ops.a, call.operands.a)
