@@ -142,13 +142,24 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 2
     table = tune(shapes, dtypes=args.dtype or ["float16"], backends=args.backends,
                  mode=args.mode, max_configs=args.max_configs, quick=args.quick,
-                 timeout_s=args.timeout, max_workers=args.jobs)
+                 timeout_s=args.timeout, max_workers=args.jobs, gpus=args.gpus,
+                 scheduler=args.scheduler)
     if args.merge and os.path.exists(args.out):
         table = merge(read_table(args.out), table)
     path = save_table(table, args.out)
     print(f"tuning table: {path} ({len(table['entries'])} entries); use it with "
           f"MULTIBACKEND_TUNING={path} or multibackend.load_tuning({str(path)!r})")
     return 0 if table["entries"] else 1
+
+
+def _gpus(text: str) -> int | str:
+    """``--gpus``: "all" or a positive number."""
+    if text == "all":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: expected a number of GPUs (at least 1) or "
+                                     "'all'")
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -197,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     tune.add_argument("--timeout", type=float, default=120.0,
                       help="seconds one candidate may take (default 120)")
     tune.add_argument("--jobs", type=int, help="parallel compile processes")
+    tune.add_argument("--gpus", type=_gpus,
+                      help="spread the problems over this machine's GPUs, one Dask worker "
+                           "each: a number or 'all' (default: all of them where Dask is "
+                           "installed and more than one is visible, else one)")
+    tune.add_argument("--scheduler", metavar="ADDRESS",
+                      help="spread the problems over the workers (one per GPU) of the Dask "
+                           "scheduler at ADDRESS, e.g. tcp://host:8786")
     report = sub.add_parser("report", help="TFLOP/s, ratio to cuBLAS, plots and bars from "
                                            "saved pytest-benchmark results")
     report.add_argument("paths", nargs="*", default=[".benchmarks"],

@@ -3,7 +3,10 @@
 :func:`tune` plans, on the CPU, every (problem, backend, config) candidate that the
 registry's available backends accept (cuBLAS included: it is the baseline, called as torch's
 own GEMM, and ``auto`` may pick it where it is fastest), then runs the candidates in a child
-process (:mod:`multibackend.tuner_worker`). Each is compiled (in parallel where the backend
+process (:mod:`multibackend.tuner_worker`, a :class:`_Child` that serves job after job) on one
+GPU, or spreads the problems over several GPUs and machines on Dask
+(:mod:`multibackend.cluster`: one worker per GPU, each with such a child, a problem's
+candidates and final rounds all on one GPU). Each is compiled (in parallel where the backend
 offers ``prepare_many``), then run the way a user's call runs, through the public call
 ``matmul(A, B, backend=name, config=config)`` on torch tensors: once into a poisoned ``out``
 and once making its own output, each compared with the float64 reference, and timed with
@@ -18,7 +21,7 @@ are then timed again against each other, their runs interleaved, in
 :data:`~multibackend.tuner_worker.FINAL_ROUNDS` rounds in each mode. A candidate that is
 wrong, raises, hangs past the timeout or kills the process is dropped with its reason, and a
 fresh child carries on with the rest: no candidate can end the run, and a dropped one can
-never win.
+never win. Progress (candidates done, elapsed time, ETA) is a tqdm bar.
 
 The winner is cuBLAS (:data:`BASELINE`) unless the fastest candidate of the final rounds, in
 the run's mode, beats it by more than the spread measured there: the larger of the relative
@@ -49,9 +52,9 @@ backends that refused the problem. Keys of candidates are ``"backend:config name
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -87,43 +90,34 @@ _WORKER = "import sys; from multibackend.tuner_worker import main; sys.exit(main
 
 @dataclass
 class _Plan:
+    """What a tune runs: each problem's :class:`~multibackend.tuner_worker.Spec` by index,
+    every candidate (:class:`~multibackend.tuner_worker.Item`, ``id`` unique in the plan), the
+    backends that refused a problem and why, the backends unavailable here, and the compute
+    capability the candidates were chosen for (None: no GPU)."""
+
     specs: dict[int, Spec] = field(default_factory=dict)
     items: list[Item] = field(default_factory=list)
     refused: dict[int, dict[str, str]] = field(default_factory=dict)
     unavailable: dict[str, str] = field(default_factory=dict)
+    cc: tuple[int, int] | None = None
+
+    def problem(self, index: int) -> "_Plan":
+        """The part of this plan that is problem ``index``: its spec and its candidates."""
+        return _Plan({index: self.specs[index]},
+                    [item for item in self.items if item.problem == index],
+                    {index: self.refused[index]} if index in self.refused else {},
+                    self.unavailable, self.cc)
 
 
-class Progress:
-    """A one-line progress bar with an ETA, redrawn in place on a terminal (a line every few
-    seconds elsewhere)."""
+def progress_bar(total: int, stream: IO[str] | None, unit: str = "candidates"):
+    """A tqdm bar of ``total`` ``unit`` on ``stream`` (None: silent) with the elapsed time and
+    the ETA; redrawn in place on a terminal, every few seconds elsewhere (a log)."""
+    from tqdm import tqdm
 
-    def __init__(self, total: int, stream: IO[str] | None, width: int = 28):
-        self.total, self.stream, self.width = max(total, 1), stream, width
-        self.done, self.start, self.last = 0, time.monotonic(), 0.0
-        self.tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
-
-    def update(self, done: int, label: str) -> None:
-        self.done = done
-        now = time.monotonic()
-        if self.stream is None or (not self.tty and now - self.last < 5 and done < self.total):
-            return
-        self.last = now
-        elapsed = now - self.start
-        eta = elapsed / done * (self.total - done) if done else float("nan")
-        filled = int(self.width * done / self.total)
-        line = (f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} candidates "
-                f"{elapsed:5.0f}s elapsed, ETA {_seconds(eta)}  {label[:40]}")
-        self.stream.write(("\r" + line + "\033[K") if self.tty else line + "\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.stream is not None and self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
-
-
-def _seconds(value: float) -> str:
-    return "?" if math.isnan(value) else f"{value:.0f}s"
+    tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+    return tqdm(total=total, file=stream, disable=stream is None, mininterval=0.2 if tty else 5,
+                dynamic_ncols=tty, bar_format="{percentage:3.0f}%|{bar:28}| {n_fmt}/{total_fmt} "
+                f"{unit} [{{elapsed}} elapsed, ETA {{remaining}}]{{postfix}}")
 
 
 def _shapes(shapes: Iterable[Any]) -> list[Shape]:
@@ -142,8 +136,8 @@ def _shapes(shapes: Iterable[Any]) -> list[Shape]:
 
 def _plan(shapes: list[Shape], dtypes: list[str], names: tuple[str, ...], registry,
           device: str, max_configs: int | None) -> _Plan:
-    plan = _Plan()
     cc = environment.compute_capability() if device.startswith("cuda") else None
+    plan = _Plan(cc=cc)
     where = "cuda:0" if device == "cuda" else device
     for name in names:
         reason = registry.availability(name)
@@ -180,20 +174,126 @@ def _describe_exit(code: int | None) -> str:
 class _Results:
     """What the workers reported: each candidate's first figure (milliseconds, None) or
     (None, why it was dropped), and each finalist's :class:`Figure` per mode, or why it could
-    not be timed in that mode."""
+    not be timed in that mode; by candidate id."""
 
     first: dict[int, tuple[float | None, str | None]] = field(default_factory=dict)
     final: dict[int, dict[str, Figure]] = field(default_factory=dict)
     unfit: dict[int, dict[str, str]] = field(default_factory=dict)
 
+    def update(self, other: "_Results") -> None:
+        """Add ``other``'s reports (of other candidates: a problem is measured in one place)."""
+        self.first.update(other.first)
+        self.final.update(other.final)
+        self.unfit.update(other.unfit)
+
+    def drop(self, items: Iterable[Item], reason: str) -> None:
+        """Record ``items`` as dropped for ``reason``."""
+        for item in items:
+            self.first[item.id] = (None, reason)
+
+
+class _Child:
+    """One tuner process (:func:`multibackend.tuner_worker.main`) that runs jobs one after
+    another: started by :meth:`start`, fed by :meth:`send`, its reports read from
+    ``reports``; after it dies, :meth:`ended` collects it and the next :meth:`start` makes a
+    fresh one. ``environment`` is the fingerprint the last one reported when it started."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.reports: Connection | None = None
+        self.environment: dict | None = None
+        self._jobs: Connection | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+
+    @property
+    def log_path(self) -> str:
+        return os.path.join(self._tmp.name, "worker.log")
+
+    def start(self, timeout_s: float) -> str | None:
+        """Start a process and wait up to ``timeout_s`` for it to report ready; None when it
+        did, else why it failed (the process is gone)."""
+        jobs_read, jobs_write = os.pipe()
+        reports_read, reports_write = os.pipe()
+        self._tmp = tempfile.TemporaryDirectory(prefix="multibackend-tune-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _WORKER, str(jobs_read), str(reports_write)],
+                pass_fds=(jobs_read, reports_write), stdout=log, stderr=subprocess.STDOUT,
+                env=env, start_new_session=True)
+        os.close(jobs_read)
+        os.close(reports_write)
+        self._jobs = Connection(jobs_write, readable=False)
+        self.reports = Connection(reports_read, writable=False)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.reports.poll(0.2):
+                try:
+                    message = self.reports.recv()
+                except EOFError:
+                    break
+                if message[0] == "ready":
+                    self.environment = message[1]
+                    return None
+            elif self.proc.poll() is not None:
+                break
+        else:
+            self.kill()
+            self.ended()
+            return f"timed out after {timeout_s:g} s while starting the tuning worker"
+        code, tail = self.ended()
+        return f"crashed: the tuning worker ended with {_describe_exit(code)} while " \
+               f"starting{tail}"
+
+    def send(self, job: Job) -> None:
+        """Hand the ready process a job (a process that died meanwhile shows at the next
+        read of ``reports``)."""
+        try:
+            self._jobs.send(job)
+        except OSError:
+            pass
+
+    def exited(self) -> bool:
+        return self.proc.poll() is not None
+
+    def kill(self) -> None:
+        """Kill the process and its children (a hung candidate)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def ended(self) -> tuple[int | None, str]:
+        """Collect the process that has ended: its exit code and the last line it wrote."""
+        code = self.proc.wait()
+        tail = _tail(self.log_path)
+        self.reports.close()
+        self._jobs.close()
+        self._tmp.cleanup()
+        self.proc = self.reports = self._jobs = self._tmp = None
+        return code, tail
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Let a running process finish (no more jobs), killing it after ``timeout_s``."""
+        if self.proc is None:
+            return
+        self._jobs.close()
+        try:
+            self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.ended()
+
 
 class _Runner:
-    """Runs the plan's candidates in child processes, restarting after each crash."""
+    """Runs a plan's candidates in a :class:`_Child`, starting it again after each crash,
+    ticking ``bar`` (a :func:`progress_bar`, or None) as candidates finish."""
 
     def __init__(self, plan: _Plan, job: Job, timeout_s: float, compile_timeout_s: float,
-                 progress: Progress):
-        self.plan, self.job, self.progress = plan, job, progress
+                 child: _Child, bar: Any = None):
+        self.plan, self.job, self.child, self.bar = plan, job, child, bar
         self.timeout_s, self.compile_timeout_s = timeout_s, compile_timeout_s
+        self.items = {item.id: item for item in plan.items}
         self.results = _Results()
 
     def run(self) -> _Results:
@@ -215,7 +315,7 @@ class _Runner:
             ms, reason = self.results.first.get(item.id, (None, "pending"))
             if reason is None and item.problem not in waiting:
                 first_ms.setdefault(item.problem, {})[item.id] = (item.backend, ms)
-        left = {index: [self.plan.items[i] for i in finalists(found)]
+        left = {index: [self.items[i] for i in finalists(found)]
                 for index, found in first_ms.items()}
         return {index: items for index, items in left.items() if not self._final_done(items)}
 
@@ -259,44 +359,35 @@ class _Runner:
                     self.results.unfit.setdefault(i, {}).setdefault(later, reason)
 
     def _drop(self, items: list[Item], reason: str) -> None:
-        for item in items:
-            self.results.first[item.id] = (None, reason)
+        self.results.drop(items, reason)
         self._tick(items[-1] if items else None)
 
     def _tick(self, item: Item | None) -> None:
-        label = ""
+        if self.bar is None:
+            return
         if item is not None:
             spec = self.plan.specs[item.problem]
-            label = f"{spec.dtype} {spec.shape.label} {item.backend}"
-        self.progress.update(len(self.results.first), label)
+            self.bar.set_postfix_str(f"{spec.dtype} {spec.shape.label} {item.backend}",
+                                     refresh=False)
+        self.bar.update(len(self.results.first) - self.bar.n)
 
     def _round(self, pending: list[Item], finals: dict[int, list[Item]]) -> None:
-        """Run a worker on the ``pending`` candidates (each problem's followed by its final
-        rounds), then the ``finals``' final rounds, and record what a crash or a hang left
-        undone."""
+        """Run a job of the ``pending`` candidates (each problem's followed by its final
+        rounds), then the ``finals``' final rounds, on the child (started when it is not
+        running), and record what a crash or a hang left undone."""
         self.job.items, self.job.finals = pending, finals
-        self.job.screened = [(self.plan.items[i], ms) for i, (ms, reason)
+        self.job.screened = [(self.items[i], ms) for i, (ms, reason)
                              in self.results.first.items() if reason is None]
-        read, write = os.pipe()
-        with tempfile.TemporaryDirectory(prefix="multibackend-tune-") as tmp:
-            job_path = os.path.join(tmp, "job.pickle")
-            log_path = os.path.join(tmp, "worker.log")
-            with open(job_path, "wb") as f:
-                pickle.dump(self.job, f)
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-            with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", _WORKER, job_path, str(write)],
-                    pass_fds=(write,), stdout=log, stderr=subprocess.STDOUT, env=env,
-                    start_new_session=True)
-            os.close(write)
-            conn = Connection(read, writable=False)
-            try:
-                marker, timed_out, progressed = self._listen(proc, conn)
-            finally:
-                conn.close()
-            code = proc.wait()
-            tail = _tail(log_path)
+        if self.child.proc is None:
+            failed = self.child.start(self.compile_timeout_s)
+            if failed is not None:
+                self._fail(("all",), pending, finals, failed)
+                return
+        self.child.send(self.job)
+        marker, timed_out, progressed, ended = self._listen()
+        if not ended:
+            return
+        code, tail = self.child.ended()
         if timed_out:
             limit = self.timeout_s if marker[0] == "item" else self.compile_timeout_s
             reason = f"timed out after {limit:g} s{_phase(marker)}"
@@ -309,11 +400,12 @@ class _Runner:
             return
         self._fail(marker, pending, finals, reason)
 
-    def _listen(self, proc: subprocess.Popen, conn: Connection) -> tuple[tuple | None, bool,
-                                                                         bool]:
-        """Read the worker's reports until it ends or the running step overruns; returns the
-        step running at the end (None when between steps), whether it timed out, and whether
-        any candidate or final round finished."""
+    def _listen(self) -> tuple[tuple | None, bool, bool, bool]:
+        """Read the child's reports until it finishes the job, ends or overruns the running
+        step; returns the step running at the end (None when between steps), whether it
+        timed out, whether any candidate or final round finished, and whether the child
+        ended (it was killed when it timed out)."""
+        conn = self.child.reports
         marker, since, progressed = None, time.monotonic(), False
         while True:
             limit = self.timeout_s if marker and marker[0] == "item" else self.compile_timeout_s
@@ -321,8 +413,10 @@ class _Runner:
                 try:
                     message = conn.recv()
                 except EOFError:
-                    return marker, False, progressed
+                    return marker, False, progressed, True
                 since = time.monotonic()
+                if message[0] == "idle":
+                    return None, False, progressed, False
                 if message[0] == "begin":
                     marker = message[1]
                 elif message[0] == "done":
@@ -334,15 +428,15 @@ class _Runner:
                 else:
                     _, item_id, mode, reason = message
                     self.results.unfit.setdefault(item_id, {})[mode] = reason
-            elif proc.poll() is not None and not conn.poll(0):
-                return marker, False, progressed
+            elif self.child.exited() and not conn.poll(0):
+                return marker, False, progressed, True
             elif time.monotonic() - since > limit:
-                os.killpg(proc.pid, signal.SIGKILL)
-                return marker or ("all",), True, progressed
+                self.child.kill()
+                return marker or ("all",), True, progressed, True
 
     def _record_first(self, item_id: int, ms: float | None, reason: str | None) -> None:
         self.results.first[item_id] = (ms, reason)
-        self._tick(self.plan.items[item_id])
+        self._tick(self.items[item_id])
 
     def _record_final(self, mode: str, figures: dict[int, Figure]) -> None:
         for item_id, found in figures.items():
@@ -440,14 +534,14 @@ def _entry(items: list[Item], results: _Results, mode: str) -> dict | None:
 
 def _entries(plan: _Plan, results: _Results, mode: str) -> dict:
     measured = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    cc = environment.compute_capability()
     entries: dict[str, dict] = {}
     for index, spec in plan.specs.items():
         entry = _entry([item for item in plan.items if item.problem == index], results, mode)
         if entry is None:
             continue
         shape = spec.shape
-        problem = synthetic(shape.m, shape.n, shape.k, spec.dtype, batch=shape.batch, cc=cc)
+        problem = synthetic(shape.m, shape.n, shape.k, spec.dtype, batch=shape.batch,
+                            cc=plan.cc)
         entries[problem.key] = {
             **entry, "family": tuning.family(problem), "m": shape.m, "n": shape.n,
             "k": shape.k, "batch": shape.batch, "dtype": spec.dtype,
@@ -525,10 +619,74 @@ def _backend_names(backends: Iterable[str] | None, known: tuple[str, ...]) -> tu
     return names
 
 
+def visible_gpus() -> list[str]:
+    """This machine's GPUs that CUDA may use, as ``CUDA_VISIBLE_DEVICES`` values: that
+    variable's entries where it is set, else "0", "1", ... for every device torch counts."""
+    import torch
+
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [gpu.strip() for gpu in listed.split(",") if gpu.strip()][:count]
+    return [str(i) for i in range(count)]
+
+
+def _dask() -> bool:
+    """Whether Dask's distributed scheduler can be imported (without importing it)."""
+    return importlib.util.find_spec("distributed") is not None
+
+
+def _local_gpus(gpus: int | str | None, scheduler: str | None, device: str,
+                progress: IO[str] | None) -> list[str] | None:
+    """The GPUs of this machine (``CUDA_VISIBLE_DEVICES`` values) to start one Dask worker on
+    each, or None where the run stays in one process here (one GPU, a ``scheduler``'s
+    cluster, or no Dask and ``gpus`` not asked for). ``gpus`` None means every visible GPU
+    where Dask is installed and more than one is visible; with stand-ins (``device`` "cpu"),
+    ``gpus=N`` starts N workers all the same."""
+    if gpus is not None and scheduler is not None:
+        raise InvalidArgument(f"tune: gpus is {gpus!r} and scheduler is {scheduler!r}: give "
+                              "one (gpus spreads over this machine's GPUs, scheduler over the "
+                              "workers of a Dask cluster, one per GPU)")
+    if gpus is not None and gpus != "all" and (
+            isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise InvalidArgument(f"tune: gpus is {gpus!r}: expected a number of GPUs (at least "
+                              "1) or 'all'")
+    if scheduler is not None or gpus == 1:
+        return None
+    if device.startswith("cuda"):
+        visible = visible_gpus()
+    elif gpus == "all" or gpus is None:
+        visible = []
+    else:
+        visible = [str(i) for i in range(gpus)]
+    if gpus is None:
+        if len(visible) > 1 and not _dask() and progress is not None:
+            progress.write(f"tune: {len(visible)} GPUs visible, tuning on one: install "
+                           "Dask (pip install \"multibackend[cluster]\") to use them all\n")
+        return visible if len(visible) > 1 and _dask() else None
+    wanted = len(visible) if gpus == "all" else gpus
+    if not visible or wanted > len(visible):
+        raise InvalidArgument(f"tune: gpus is {gpus!r}: {len(visible)} GPU(s) visible here")
+    return visible[:wanted] if wanted > 1 else None
+
+
+def _run_here(plan: _Plan, job: Job, timeout_s: float, compile_timeout_s: float, bar: Any
+              ) -> tuple[_Results, dict | None]:
+    """The plan run in one tuner process here; its results and the environment it measured
+    in (None where it never started)."""
+    child = _Child()
+    try:
+        results = _Runner(plan, job, timeout_s, compile_timeout_s, child, bar).run()
+    finally:
+        child.close()
+    return results, child.environment
+
+
 def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
          backends: Iterable[str] | None = None, *, mode: str = "eager",
          max_configs: int | None = None, quick: bool = False, timeout_s: float = 120.0,
          compile_timeout_s: float = 900.0, max_workers: int | None = None,
+         gpus: int | str | None = None, scheduler: str | None = None,
          progress: IO[str] | None = sys.stderr, registry: Any = None,
          matmul: PublicCall | None = None, timer: Timer | None = None,
          device: str | None = None, seed: int = 0) -> dict:
@@ -542,14 +700,22 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     replayed); the final comparison is timed in both, and the table records both.
     ``max_configs`` bounds the candidates per backend (the backend's first, expected best);
     ``quick`` sets it to 3 when unset and times 10 runs instead of 50. A candidate gets
-    ``timeout_s`` to run and be timed; setting up a problem, compiling a backend's candidates
-    in parallel or a problem's final rounds get ``compile_timeout_s``. ``registry`` (an
-    object with ``names``, ``get`` and ``availability``, picklable) replaces multibackend's
-    registry, and then ``matmul`` (the public call's stand-in, routed to that registry:
-    :data:`~multibackend.tuner_worker.PublicCall`) must replace :func:`multibackend.matmul`;
-    ``timer`` (a picklable :class:`~multibackend.tuner_worker.Timer`, put in ``mode``)
-    replaces the GPU timer and ``device`` ``"cuda"``. The progress bar and the summary go to
-    ``progress`` (None: silent).
+    ``timeout_s`` to run and be timed; starting a tuning worker, setting up a problem,
+    compiling a backend's candidates in parallel or a problem's final rounds get
+    ``compile_timeout_s``; ``max_workers`` bounds a parallel compile's processes.
+
+    ``gpus`` spreads the problems over this machine's GPUs, one Dask worker each
+    (:mod:`multibackend.cluster`): a number, or ``"all"``; by default every visible GPU where
+    Dask is installed and more than one is visible, else one. ``scheduler`` (an address such as
+    ``"tcp://host:8786"``) spreads them over the workers of that Dask cluster instead. Each
+    problem is measured on one GPU, and the table carries the environment it was measured in.
+
+    ``registry`` (an object with ``names``, ``get`` and ``availability``, picklable) replaces
+    multibackend's registry, and then ``matmul`` (the public call's stand-in, routed to that
+    registry: :data:`~multibackend.tuner_worker.PublicCall`) must replace
+    :func:`multibackend.matmul`; ``timer`` (a picklable
+    :class:`~multibackend.tuner_worker.Timer`, put in ``mode``) replaces the GPU timer and
+    ``device`` ``"cuda"``. The progress bar and the summary go to ``progress`` (None: silent).
     """
     from .registry import REGISTRY
 
@@ -570,17 +736,44 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     if quick and max_configs is None:
         max_configs = QUICK_CONFIGS
     device = device or ("cuda" if environment.gpu()["available"] else "cpu")
+    local = _local_gpus(gpus, scheduler, device, progress)
+    if (local is not None or scheduler is not None) and not _dask():
+        raise InvalidArgument(f"tune: {'scheduler' if scheduler else 'gpus'} is "
+                              f"{scheduler or gpus!r}: spreading a run needs Dask, which is "
+                              "not installed (pip install \"multibackend[cluster]\")")
     plan = _plan(shape_list, dtype_list, names, source, device, max_configs)
     job = Job(plan.specs, [], device, _timer(timer, quick, mode), registry, max_workers, seed,
               matmul)
-    bar = Progress(len(plan.items), progress)
+    bar = progress_bar(len(plan.items), progress)
     try:
-        results = _Runner(plan, job, timeout_s, compile_timeout_s, bar).run()
+        if (local is None and scheduler is None) or not plan.items:
+            results, measured_in = _run_here(plan, job, timeout_s, compile_timeout_s, bar)
+        else:
+            from . import cluster
+
+            results, measured_in = cluster.run(plan, job, timeout_s, compile_timeout_s, bar,
+                                               scheduler=scheduler, gpus=local)
     finally:
         bar.close()
-    table = tuning.new_table(_entries(plan, results, mode))
+    table = {**tuning.new_table(_entries(plan, results, mode)),
+             "environment": measured_in or environment.fingerprint()}
     if progress is not None:
         for name, why in plan.unavailable.items():
             progress.write(f"{name}: not tuned, unavailable here: {why}\n")
         progress.write(summary(table) + "\n")
+        for line in _without_entry(plan, results):
+            progress.write(line + "\n")
     return table
+
+
+def _without_entry(plan: _Plan, results: _Results) -> list[str]:
+    """A line for each problem with candidates of which none ran correctly (so the table has
+    no entry for it), with the first candidate's reason."""
+    lines = []
+    for index, spec in plan.specs.items():
+        items = [item for item in plan.items if item.problem == index]
+        reasons = [results.first.get(item.id, (None, "not evaluated"))[1] for item in items]
+        if items and all(reasons):
+            lines.append(f"no entry for {spec.dtype} {spec.shape.label}: all {len(items)} "
+                         f"candidates dropped, the first: {reasons[0]}")
+    return lines

@@ -1,8 +1,13 @@
 """The tuner's child process: where candidates run, so that one that crashes cannot end a run.
 
-:func:`multibackend.tuner.tune` starts a Python process that calls :func:`main` with ``JOB FD``:
-``JOB`` is a pickled :class:`Job` file, ``FD`` a pipe on which this process reports, one
-message per step, so the parent always knows what was running when the process died:
+:func:`multibackend.tuner.tune` (on a cluster, each Dask worker: :mod:`multibackend.cluster`)
+starts a Python process that calls :func:`main` with ``JOBS REPORTS``, two pipes. The process
+first reports ``("ready", fingerprint)`` (:func:`multibackend.environment.fingerprint`: the GPU
+and versions the figures will be measured with), then runs each :class:`Job` it reads from
+``JOBS`` and reports ``("idle",)`` after each, so that one process serves job after job (its
+compiled kernels and warm GPU kept) until ``JOBS`` closes or its parent dies. While a job runs
+it reports one message per step on ``REPORTS``, so the parent always knows what was running
+when the process died:
 
 - ``("begin", marker)`` before each step; ``marker`` is ``("setup", problem)`` (operands and
   the float64 reference), ``("compile", problem, backend)`` (a backend's parallel compile of
@@ -29,15 +34,17 @@ context), the process exits, and the parent starts a fresh one for what is left.
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import os
 import statistics
+import threading
+import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Hashable, Protocol
 
 from multibackend.backends.base import Config
 
-from . import reference
+from . import environment, reference
 from .crosscheck import poison, reference_for
 from .errors import InvalidArgument
 from .registry import parallel_prepare
@@ -278,20 +285,19 @@ class _Worker:
     def send(self, *message) -> None:
         self.conn.send(message)
 
-    def run(self) -> None:
+    def run(self) -> bool:
         """Each problem's pending candidates and then its final rounds; then the final
-        rounds of the problems the job lists."""
+        rounds of the problems the job lists. False when the process must stop (its GPU
+        context is poisoned), the job left unfinished."""
         by_problem: dict[int, list[Item]] = {}
         for item in self.job.items:
             by_problem.setdefault(item.problem, []).append(item)
         for index, items in by_problem.items():
             if not self._screen(index, items):
-                return
+                return False
             if not self._final(index, self._finalists(index)):
-                return
-        for index, items in self.job.finals.items():
-            if not self._final(index, items):
-                return
+                return False
+        return all(self._final(index, items) for index, items in self.job.finals.items())
 
     def _finalists(self, index: int) -> list[Item]:
         """The problem's finalists among its correct candidates, this process's and those
@@ -407,13 +413,35 @@ class _Worker:
         return failed
 
 
+def _exit_with_parent(interval_s: float = 0.5) -> None:
+    """End this process when the process that started it is gone (a Dask worker that died
+    takes its tuner process with it, even one stuck in a hung candidate)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(interval_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def main(argv: list[str]) -> int:
-    job_path, fd = argv[0], int(argv[1])
-    with open(job_path, "rb") as f:
-        job = pickle.load(f)
-    conn = Connection(fd, readable=False)
+    """Serve jobs: ``argv`` is ``[JOBS, REPORTS]``, the file descriptors of the pipe jobs
+    arrive on and of the pipe reports go out on (see the module docstring)."""
+    jobs = Connection(int(argv[0]), writable=False)
+    conn = Connection(int(argv[1]), readable=False)
+    _exit_with_parent()
     try:
-        _Worker(job, conn).run()
+        conn.send(("ready", environment.fingerprint()))
+        while True:
+            try:
+                job = jobs.recv()
+            except EOFError:
+                return 0
+            if not _Worker(job, conn).run():
+                return 0
+            conn.send(("idle",))
     finally:
         conn.close()
-    return 0
+        jobs.close()
