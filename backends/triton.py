@@ -249,7 +249,8 @@ class TritonBackend(Backend):
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
                   else TensorDescriptor.from_tensor(b, [bk, bn]))
-        d_tma = _tma_ready(d)
+        # a 32-bit D tile through shared memory would not fit beside the 16-bit stages
+        d_tma = d.element_size() == 2 and _tma_ready(d)
         d_desc = TensorDescriptor.from_tensor(d, [bm, bn]) if d_tma else None
         c = _matrix(ops.c) if ops.c is not None else d
         sms = self._sm_count(a)

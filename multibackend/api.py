@@ -16,6 +16,7 @@ Semantics every backend shares (and the tests hold them to):
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from multibackend.backends.base import Config
@@ -164,6 +165,15 @@ _PLAIN_MATMUL = "matmul:plain"
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
 
 
+_UNBOUNDED = math.inf
+
+
+def _size(array: Any) -> int:
+    """Elements of a torch tensor (``numel()``) or CuPy array (``size``)."""
+    numel = getattr(array, "numel", None)
+    return numel() if numel is not None else array.size
+
+
 def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | None]:
     """(the result, None, None) when a remembered plan ran the call; else (None, the key
     under which to remember this call's plan, the key of its shape-free family plan). A key
@@ -182,14 +192,17 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     if options[0] in ("matmul", _PLAIN_MATMUL) and arrays[2] is None and arrays[3] is None:
         fam_key = plans.family_key(options, arrays[0], arrays[1])
         try:
-            produce = plans.family(fam_key)
+            found = plans.family(fam_key)
         except TypeError:  # an unhashable option
             return None, None, None
-        if produce is not None:
-            try:
-                return produce(arrays[0], arrays[1], None), None, None
-            except (RuntimeError, ValueError):  # refused: the full path words the error
-                return None, None, None
+        if found is not None:
+            produce, below_a, below_b = found
+            if below_a == _UNBOUNDED or _size(arrays[0]) < below_a or \
+                    _size(arrays[1]) < below_b:
+                try:
+                    return produce(arrays[0], arrays[1], None), None, None
+                except (RuntimeError, ValueError):  # refused: the full path words the error
+                    return None, None, None
     adapted = plans.as_tensors(arrays)
     if adapted is None:
         return None, None, None
@@ -251,9 +264,10 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
         plan = plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
                              call.operands.alpha, call.operands.beta, direct)
         plans.remember(plan_key, plan)
-        if fam_key is not None and plan.produce is not None and \
-                shape_free(call.problem, decision, mode):
-            plans.remember_family(fam_key, plan.produce)
+        if fam_key is not None and plan.produce is not None:
+            limits = shape_free(call.problem, decision, mode)
+            if limits is not None:
+                plans.remember_family(fam_key, plan.produce, limits)
     return _finish(call)
 
 

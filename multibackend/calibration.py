@@ -5,9 +5,10 @@ picks cuBLAS (torch's own path) unless the calibration data shipped with the pac
 tables measured on a GPU of the same family (compute capability), against torch.matmul, in
 the tuner's timing modes (``multibackend/data/calibration-*.json``) — says otherwise near this
 shape: every calibration entry of the problem's family (op, dtypes, precision, layouts,
-batched or not) within a factor of :data:`RADIUS_FACTOR` in each of M, N and K must have been
-won by the same backend (the tuner lets a backend win only by more than the spread it
-measured), and there must be at least one. Then that backend runs with the nearest entry's
+batched or not, rows on or off the 16-byte grid) within a factor of :data:`RADIUS_FACTOR` in
+each of M, N and K must have been won by the same backend (the tuner lets a backend win only
+by more than the spread it measured, and an entry counts for it only where it was also
+faster than torch.matmul in the entry's other timing mode), and there must be at least one. Then that backend runs with the nearest entry's
 config. Anywhere else the answer is cuBLAS: where nothing was measured, the rule does not
 guess.
 """
@@ -55,6 +56,26 @@ def entries_for(cc: tuple[int, int] | None) -> tuple[tuple[str, dict], ...]:
     return tuple(found)
 
 
+def winner(entry: dict) -> str:
+    """The backend an entry counts for: its winner where it was faster than torch.matmul in
+    every timing mode the entry records (a call's mode is not known when ``auto`` decides),
+    else cuBLAS."""
+    from .dispatch import BASELINE
+
+    name = entry["backend"]
+    if name == BASELINE:
+        return name
+    key = f"{name}:{entry['config']['name']}"
+    timings = entry.get("timings_ms", {})
+    for mode, figures in timings.items():
+        if not isinstance(figures, dict):
+            continue
+        base = [ms for k, ms in figures.items() if k.startswith(f"{BASELINE}:")]
+        if key not in figures or not base or figures[key] >= min(base):
+            return BASELINE
+    return name
+
+
 def _distance(problem: Problem, entry: dict) -> float:
     return max(abs(math.log2(a) - math.log2(b)) for a, b in
                ((problem.m, entry["m"]), (problem.n, entry["n"]), (problem.k, entry["k"])))
@@ -70,7 +91,7 @@ def advise(problem: Problem) -> Advice:
     if not near:
         return Advice(None, None, f"no calibration measurement of this GPU family within "
                                   f"{RADIUS_FACTOR:g}x of the shape")
-    winners = {e["backend"] for _, _, e in near}
+    winners = {winner(e) for _, _, e in near}
     dist, key, nearest = near[0]
     figures = tuning.lead_text(nearest)
     if len(winners) > 1 or winners == {"cublas"}:

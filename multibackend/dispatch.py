@@ -26,6 +26,7 @@ figures behind it) and every backend's verdict; ``explain()`` prints it.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -122,23 +123,32 @@ def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdic
     return Decision(problem, name, config, rule, where, verdicts)
 
 
-def shape_free(problem: Problem, decision: Decision, autotune: str | None) -> bool:
-    """Whether ``decision`` holds for every problem that differs from ``problem`` only in
-    sizes, layouts and alignment: cuBLAS named (explicitly or by the environment), or cuBLAS
-    as the baseline with first-call autotuning off and no tuning-table or calibration entry
-    for products of these dtypes, whose rules could pick another backend at another size."""
+def shape_free(problem: Problem, decision: Decision,
+               autotune: str | None) -> tuple[float, float] | None:
+    """Where ``decision`` holds for every problem that differs from ``problem`` only in
+    sizes, layouts and alignment: None where it does not, else (elements of A, elements of
+    B) such that every such problem whose A or B holds fewer elements gets the same decision
+    (infinite where no size can change it). That is cuBLAS named (explicitly or by the
+    environment), or cuBLAS as the baseline with first-call autotuning off: the tuning-table
+    and calibration rules can only pick another backend within a factor of 2 in each of M,
+    N and K of an entry that another backend won, so below a quarter of the smallest M*K
+    (for A) or K*N (for B) of those entries, for products of these dtypes, they cannot."""
     if decision.backend != BASELINE:
-        return False
+        return None
     if decision.rule in ("explicit", "environment"):
-        return True
+        return (math.inf, math.inf)
     if decision.rule != "baseline" or autotune is not None:
-        return False
+        return None
     from . import calibration, tuning
 
     prefix = f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:"
-    entries = list(tuning.status().entries.values())
-    entries += [e for _, e in calibration.entries_for(problem.cc)]
-    return not any(str(e.get("family", "")).startswith(prefix) for e in entries)
+    won = [e for e in tuning.status().entries.values() if e.get("backend") != BASELINE]
+    won += [e for _, e in calibration.entries_for(problem.cc)
+            if calibration.winner(e) != BASELINE]
+    won = [e for e in won if str(e.get("family", "")).startswith(prefix)]
+    reach = max(2.0 ** tuning.BUCKET_RADIUS, calibration.RADIUS_FACTOR) ** 2
+    return (min((e["m"] * e["k"] / reach for e in won), default=math.inf),
+            min((e["k"] * e["n"] / reach for e in won), default=math.inf))
 
 
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,

@@ -184,41 +184,56 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
     return tuple(tail)
 
 
-#: the call that makes D for a product whose plan holds for every shape (A and B of one
-#: dtype, no C or ``out``, cuBLAS decided with nothing shape-dependent in the way: see
-#: :func:`multibackend.dispatch.shape_free`), keyed without sizes, strides or alignment, by
-#: the caller's arrays as they are (torch tensors or CuPy arrays: no conversion). The call
-#: checks the shapes itself; one it refuses takes the full path, which words the error.
-_FAMILIES: dict[tuple, Any] = {}
+#: the call that makes D for a product whose plan holds for every shape below a size (A and
+#: B of one dtype, no C or ``out``, cuBLAS decided with nothing shape-dependent in the way
+#: below those sizes: see :func:`multibackend.dispatch.shape_free`), keyed without sizes,
+#: strides or alignment, by the caller's arrays as they are (torch tensors or CuPy arrays:
+#: no conversion), with the element counts of A and B below which (either one) it holds.
+#: The call checks the shapes itself; one it refuses takes the full path, which words the
+#: error.
+_FAMILIES: dict[tuple, tuple] = {}
+
+_TENSOR: Any = None
+_GENERATION = tuning.generation_counter()
 
 
 def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
     """The key of a product of two arrays with neither C nor ``out``, sizes left out; None
     for arrays other than two torch tensors or two CuPy arrays, and for host tensors (which
     multibackend computes on the GPU, where their own op would compute on the host)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and type(a) is torch.Tensor and type(b) is torch.Tensor:
+    global _TENSOR
+    cls = a.__class__
+    if cls is _TENSOR or (_TENSOR is None and cls.__module__ == "torch"
+                          and cls is sys.modules["torch"].Tensor):
+        _TENSOR = cls
+        if b.__class__ is not cls:
+            return None
         device = a.get_device()
         if device < 0:
             return None
-        return (options, _watched_environment(), tuning.generation(), a.dtype, b.dtype,
-                a.dim(), b.dim(), device)
+        if isinstance(_ENVIRON, dict):
+            get = _ENVIRON.get
+            return (options, get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY),
+                    _GENERATION[0], a.dtype, b.dtype, a.dim(), b.dim(), device)
+        return (options, _watched_environment(), _GENERATION[0], a.dtype, b.dtype, a.dim(),
+                b.dim(), device)
     cupy = sys.modules.get("cupy")
-    if cupy is not None and type(a) is cupy.ndarray and type(b) is cupy.ndarray:
-        return (options, _watched_environment(), tuning.generation(), "cupy", a.dtype,
-                b.dtype, a.ndim, b.ndim, a.device.id)
+    if cupy is not None and cls is cupy.ndarray and b.__class__ is cls:
+        return (options, _watched_environment(), _GENERATION[0], "cupy", a.dtype, b.dtype,
+                a.ndim, b.ndim, a.device.id)
     return None
 
 
-def family(fam_key: tuple) -> Any:
-    """The op that makes D for every call under ``fam_key``, or None."""
+def family(fam_key: tuple) -> tuple | None:
+    """(the op that makes D, elements of A, elements of B) for the calls under ``fam_key``
+    whose A or B holds fewer elements than those counts; None where there is none."""
     return _FAMILIES.get(fam_key)
 
 
-def remember_family(fam_key: tuple, produce: Any) -> None:
+def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, float]) -> None:
     if len(_FAMILIES) >= LIMIT:
         _FAMILIES.clear()
-    _FAMILIES[fam_key] = produce
+    _FAMILIES[fam_key] = (produce, *limits)
 
 
 def lookup(plan_key: tuple) -> Plan | None:

@@ -84,6 +84,11 @@ def generation() -> int:
     return _GENERATION[0]
 
 
+def generation_counter() -> list[int]:
+    """The one-element list holding :func:`generation`, for a hot path to read directly."""
+    return _GENERATION
+
+
 def new_table(entries: dict[str, dict]) -> dict:
     return {"format": FORMAT, "environment": environment.fingerprint(), "entries": entries}
 

@@ -3,6 +3,7 @@ rule, first-call autotuning's options and store, and the validation suite's inde
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -110,6 +111,40 @@ def test_calibration_ignores_far_shapes_other_families_and_unbuilt_kernels(monke
     assert d.backend == "cublas" and "is not built" in d.detail
     assert dispatch.decide(synthetic(512, 4096, 4096, "float16", cc=(8, 0)),
                            registry=_Registry()).backend == "cublas"
+
+
+def test_a_calibration_win_counts_only_where_it_holds_in_every_mode(monkeypatch):
+    both = _entry("triton", 512, 4096, 4096)
+    both["timings_ms"] = {"graph": {"triton:wide": 1.0, "cublas:default": 1.5},
+                          "eager": {"triton:wide": 2.0, "cublas:default": 2.2}}
+    graph_only = dict(both, timings_ms={"graph": {"triton:wide": 1.0, "cublas:default": 1.5},
+                                        "eager": {"triton:wide": 9.0, "cublas:default": 2.2}})
+    assert calibration.winner(both) == "triton"
+    assert calibration.winner(graph_only) == "cublas"
+    _calibration(monkeypatch, graph_only)
+    assert dispatch.decide(P, registry=_Registry()).backend == "cublas"
+    _calibration(monkeypatch, both)
+    assert dispatch.decide(P, registry=_Registry()).backend == "triton"
+
+
+def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch):
+    registry = _Registry()
+    decision = dispatch.decide(P, registry=registry)
+    assert dispatch.shape_free(P, decision, None) == (math.inf, math.inf)
+    assert dispatch.shape_free(P, decision, "eager") is None  # autotuning decides per shape
+    _calibration(monkeypatch, _entry("triton", 4096, 8192, 2048),
+                 _entry("cublas", 64, 64, 64, config="default"))
+    small = synthetic(64, 64, 64, "float16", cc=(9, 0))
+    decision = dispatch.decide(small, registry=registry)
+    assert decision.backend == "cublas"
+    # within 2x of the triton entry in every dimension needs M*K >= 4096*2048/4 and
+    # K*N >= 2048*8192/4: below either, no size can reach it
+    assert dispatch.shape_free(small, decision, None) == (4096 * 2048 / 4, 2048 * 8192 / 4)
+    other = synthetic(64, 64, 64, "bfloat16", cc=(9, 0))
+    assert dispatch.shape_free(other, dispatch.decide(other, registry=registry), None) == \
+        (math.inf, math.inf)
+    named = dispatch.decide(small, "cublas", registry=registry)
+    assert dispatch.shape_free(small, named, None) == (math.inf, math.inf)
 
 
 def test_shipped_calibration_tables_are_well_formed():

@@ -40,10 +40,10 @@ def _cases(dtype, seed):
         for la, lb in (("row", "row"), ("col", "row"), ("row", "col"), ("col", "col")):
             yield (f"offset{offset}-{la}{lb}", _view(200, 72, la, offset, dtype, gen),
                    _view(72, 136, lb, offset, dtype, gen), None, 1.0, 0.0)
-    c = _ints((130, 70), dtype, gen)
+    c = _ints((130, 70), torch.float32, gen)  # C has D's dtype
     yield "alpha-beta-c", _ints((130, 99), dtype, gen), _ints((99, 70), dtype, gen), c, 2.0, -1.0
     yield ("batched-broadcast", _view(65, 47, "row", 2, dtype, gen, batch=3),
-           _view(47, 31, "col", 1, dtype, gen), _ints((3, 65, 31), dtype, gen), 1.0, 1.0)
+           _view(47, 31, "col", 1, dtype, gen), _ints((3, 65, 31), torch.float32, gen), 1.0, 1.0)
 
 
 def _staged(name: str, problem: Problem) -> list[Config]:
