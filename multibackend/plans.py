@@ -224,10 +224,10 @@ def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
     return None
 
 
-def family(fam_key: tuple) -> tuple | None:
-    """(the op that makes D, elements of A, elements of B) for the calls under ``fam_key``
-    whose A or B holds fewer elements than those counts; None where there is none."""
-    return _FAMILIES.get(fam_key)
+#: family(key): (the op that makes D, elements of A, elements of B) for the calls under a
+#: family key whose A or B holds fewer elements than those counts; None where there is none
+#: (the dict's own lookup: this is the hot path of every repeated plain call)
+family = _FAMILIES.get
 
 
 def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, float]) -> None:

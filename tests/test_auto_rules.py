@@ -129,6 +129,7 @@ def test_a_calibration_win_counts_only_where_it_holds_in_every_mode(monkeypatch)
 
 def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch):
     registry = _Registry()
+    _calibration(monkeypatch)  # none shipped
     decision = dispatch.decide(P, registry=registry)
     assert dispatch.shape_free(P, decision, None) == (math.inf, math.inf)
     assert dispatch.shape_free(P, decision, "eager") is None  # autotuning decides per shape
@@ -145,6 +146,22 @@ def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch)
         (math.inf, math.inf)
     named = dispatch.decide(small, "cublas", registry=registry)
     assert dispatch.shape_free(small, named, None) == (math.inf, math.inf)
+
+
+def test_shipped_h100_calibration_stages_only_large_misaligned_products():
+    """The shipped sm_90 data: Triton's staged kernels where cuBLAS is off its fast path and
+    the product is large enough to pay for the copies in both modes; cuBLAS elsewhere."""
+    if not any("unaligned" in str(e.get("family")) for _, e in calibration.entries_for((9, 0))):
+        pytest.skip("no sm_90 calibration of the misaligned path shipped")
+    registry = _Registry()
+    big = synthetic(5003, 5003, 5003, "float16", cc=(9, 0))
+    assert big.misaligned
+    decision = dispatch.decide(big, registry=registry)
+    assert (decision.backend, decision.rule) == ("triton", "calibrated"), decision.detail
+    for problem in (synthetic(5000, 5000, 5000, "float16", cc=(9, 0)),  # aligned
+                    synthetic(777, 777, 777, "float16", cc=(9, 0)),  # too small to pay
+                    synthetic(16, 4097, 4095, "float16", cc=(9, 0))):  # decode-sized
+        assert dispatch.decide(problem, registry=registry).backend == "cublas", problem.key
 
 
 def test_shipped_calibration_tables_are_well_formed():
