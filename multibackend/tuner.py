@@ -709,6 +709,8 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     Dask is installed and more than one is visible, else one. ``scheduler`` (an address such as
     ``"tcp://host:8786"``) spreads them over the workers of that Dask cluster instead. Each
     problem is measured on one GPU, and the table carries the environment it was measured in.
+    Dask starts its workers as spawned processes, which import the calling script again: a
+    script that spreads a run keeps its top level under ``if __name__ == "__main__":``.
 
     ``registry`` (an object with ``names``, ``get`` and ``availability``, picklable) replaces
     multibackend's registry, and then ``matmul`` (the public call's stand-in, routed to that
