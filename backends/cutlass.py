@@ -114,6 +114,13 @@ def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
 #: input types whose misaligned products CUTLASS takes only through staged configs, where
 #: no kernel of the generator reads their rows as they lie
 STAGED_TYPES = ("float16", "bfloat16")
+
+
+def _output_on_grid(problem: Problem) -> bool:
+    """Whether D's rows are 16-byte aligned: the staged kernels' 3.x epilogues refuse a D
+    (and C) off the grid at run time, so staging is offered only where they are not."""
+    size = int(dtypes.get(problem.d_dtype).itemsize)
+    return cutlass_emit.output_alignment(problem) * size == 16
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
@@ -175,6 +182,7 @@ class CutlassBackend(Backend):
             return Reason(NAME, "dtype", NOT_WIRED[problem.in_dtype])
         reason = CAPABILITY.check(problem)
         if reason is not None and problem.misaligned and problem.in_dtype in STAGED_TYPES \
+                and _output_on_grid(problem) \
                 and CAPABILITY.check(staging.staged_problem(problem)) is None:
             return None  # its staged configs run it
         if reason is not None and reason.rule == "layout" and problem.in_dtype in K_MAJOR_ONLY:
@@ -192,7 +200,7 @@ class CutlassBackend(Backend):
         configs = [_config(c) for c in found]
         tma = [c for c in found if c.family == "3x_tma"][:SWIZZLED_KERNELS]
         return (configs + [v for c in tma for v in scheduler_variants(c)]
-                + staging.offered(self, problem))
+                + (staging.offered(self, problem) if _output_on_grid(problem) else []))
 
     def variants(self, problem: Problem, config: Config) -> list[Config]:
         """The runtime variants (swizzle, raster order) of the kernel ``config`` names, for

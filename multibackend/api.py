@@ -115,6 +115,12 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
             and out_dtype is None and acc_dtype is None and precision is None
             and saturate is False and dtype is None and config is None and autotune is None):
         options: tuple = (_PLAIN_MATMUL, backend)  # the plain call, keyed by less
+        try:  # its shape-free plan, looked up at once
+            found = _FAMILY(plans.family_key(options, A, B))
+            if found is not None and (found[1] == _UNBOUNDED or _below(A, B, found)):
+                return found[0](A, B, None)
+        except (RuntimeError, ValueError, TypeError):  # the full path words the error
+            pass
     else:
         options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
                    backend, config, autotune)
@@ -166,12 +172,23 @@ _PLAIN_SCALARS = frozenset({int, float, type(None)})
 
 
 _UNBOUNDED = math.inf
+_FAMILY = plans.family
 
 
 def _size(array: Any) -> int:
     """Elements of a torch tensor (``numel()``) or CuPy array (``size``)."""
     numel = getattr(array, "numel", None)
     return numel() if numel is not None else array.size
+
+
+def _below(a: Any, b: Any, found: tuple) -> bool:
+    """Whether a family plan's decision holds for A and B: fewer elements in A or B, or a
+    smaller M, N or K, than the bounds it holds below (see
+    :func:`multibackend.dispatch.shape_free`); element counts first, shapes only if need be."""
+    if _size(a) < found[1] or _size(b) < found[2]:
+        return True
+    a_shape, b_shape = a.shape, b.shape
+    return a_shape[-2] < found[3] or b_shape[-1] < found[4] or a_shape[-1] < found[5]
 
 
 def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | None]:
@@ -196,11 +213,9 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
         except TypeError:  # an unhashable option
             return None, None, None
         if found is not None:
-            produce, below_a, below_b = found
-            if below_a == _UNBOUNDED or _size(arrays[0]) < below_a or \
-                    _size(arrays[1]) < below_b:
+            if found[1] == _UNBOUNDED or _below(arrays[0], arrays[1], found):
                 try:
-                    return produce(arrays[0], arrays[1], None), None, None
+                    return found[0](arrays[0], arrays[1], None), None, None
                 except (RuntimeError, ValueError):  # refused: the full path words the error
                     return None, None, None
     adapted = plans.as_tensors(arrays)

@@ -124,19 +124,20 @@ def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdic
 
 
 def shape_free(problem: Problem, decision: Decision,
-               autotune: str | None) -> tuple[float, float] | None:
+               autotune: str | None) -> tuple[float, ...] | None:
     """Where ``decision`` holds for every problem that differs from ``problem`` only in
     sizes, layouts and alignment: None where it does not, else (elements of A, elements of
-    B) such that every such problem whose A or B holds fewer elements gets the same decision
-    (infinite where no size can change it). That is cuBLAS named (explicitly or by the
+    B, M, N, K) such that every such problem whose A or B holds fewer elements, or whose M,
+    N or K is smaller, gets the same decision (infinite where no size can change it). That is cuBLAS named (explicitly or by the
     environment), or cuBLAS as the baseline with first-call autotuning off: the tuning-table
     and calibration rules can only pick another backend within a factor of 2 in each of M,
     N and K of an entry that another backend won, so below a quarter of the smallest M*K
-    (for A) or K*N (for B) of those entries, for products of these dtypes, they cannot."""
+    (for A) or K*N (for B), or half the smallest M, N or K, of those entries, for products
+    of these dtypes, they cannot."""
     if decision.backend != BASELINE:
         return None
     if decision.rule in ("explicit", "environment"):
-        return (math.inf, math.inf)
+        return (math.inf,) * 5
     if decision.rule != "baseline" or autotune is not None:
         return None
     from . import calibration, tuning
@@ -146,9 +147,12 @@ def shape_free(problem: Problem, decision: Decision,
     won += [e for _, e in calibration.entries_for(problem.cc)
             if calibration.winner(e) != BASELINE]
     won = [e for e in won if str(e.get("family", "")).startswith(prefix)]
-    reach = max(2.0 ** tuning.BUCKET_RADIUS, calibration.RADIUS_FACTOR) ** 2
-    return (min((e["m"] * e["k"] / reach for e in won), default=math.inf),
-            min((e["k"] * e["n"] / reach for e in won), default=math.inf))
+    reach = max(2.0 ** tuning.BUCKET_RADIUS, calibration.RADIUS_FACTOR)
+    return (min((e["m"] * e["k"] / reach ** 2 for e in won), default=math.inf),
+            min((e["k"] * e["n"] / reach ** 2 for e in won), default=math.inf),
+            min((e["m"] / reach for e in won), default=math.inf),
+            min((e["n"] / reach for e in won), default=math.inf),
+            min((e["k"] / reach for e in won), default=math.inf))
 
 
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,

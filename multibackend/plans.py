@@ -224,13 +224,14 @@ def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
     return None
 
 
-#: family(key): (the op that makes D, elements of A, elements of B) for the calls under a
-#: family key whose A or B holds fewer elements than those counts; None where there is none
+#: family(key): (the op that makes D, elements of A, elements of B, M, N, K) for the calls
+#: under a family key whose A or B holds fewer elements, or whose M, N or K is smaller, than
+#: those bounds; None where there is none
 #: (the dict's own lookup: this is the hot path of every repeated plain call)
 family = _FAMILIES.get
 
 
-def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, float]) -> None:
+def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, ...]) -> None:
     if len(_FAMILIES) >= LIMIT:
         _FAMILIES.clear()
     _FAMILIES[fam_key] = (produce, *limits)

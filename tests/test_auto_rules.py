@@ -131,21 +131,22 @@ def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch)
     registry = _Registry()
     _calibration(monkeypatch)  # none shipped
     decision = dispatch.decide(P, registry=registry)
-    assert dispatch.shape_free(P, decision, None) == (math.inf, math.inf)
+    assert dispatch.shape_free(P, decision, None) == (math.inf,) * 5
     assert dispatch.shape_free(P, decision, "eager") is None  # autotuning decides per shape
     _calibration(monkeypatch, _entry("triton", 4096, 8192, 2048),
                  _entry("cublas", 64, 64, 64, config="default"))
     small = synthetic(64, 64, 64, "float16", cc=(9, 0))
     decision = dispatch.decide(small, registry=registry)
     assert decision.backend == "cublas"
-    # within 2x of the triton entry in every dimension needs M*K >= 4096*2048/4 and
-    # K*N >= 2048*8192/4: below either, no size can reach it
-    assert dispatch.shape_free(small, decision, None) == (4096 * 2048 / 4, 2048 * 8192 / 4)
+    # within 2x of the triton entry in every dimension needs M*K >= 4096*2048/4,
+    # K*N >= 2048*8192/4, M >= 2048, N >= 4096 and K >= 1024: below any, none can reach it
+    assert dispatch.shape_free(small, decision, None) == (4096 * 2048 / 4, 2048 * 8192 / 4,
+                                                          2048, 4096, 1024)
     other = synthetic(64, 64, 64, "bfloat16", cc=(9, 0))
     assert dispatch.shape_free(other, dispatch.decide(other, registry=registry), None) == \
-        (math.inf, math.inf)
+        (math.inf,) * 5
     named = dispatch.decide(small, "cublas", registry=registry)
-    assert dispatch.shape_free(small, named, None) == (math.inf, math.inf)
+    assert dispatch.shape_free(small, named, None) == (math.inf,) * 5
 
 
 def test_shipped_h100_calibration_stages_only_large_misaligned_products():

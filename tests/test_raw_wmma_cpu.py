@@ -397,10 +397,12 @@ def test_old_gpus_are_refused_by_rule():
     assert reason.rule == "compute-capability"
 
 
-def test_misaligned_rows_take_the_generic_kernel_and_say_so():
+def test_misaligned_rows_take_the_fast_kernel_on_staged_copies_and_say_so():
     p = synthetic(100, 100, 99, "float16")  # ld 99 halves: rows not 16-byte aligned
     assert rw.fast_eligible(p) is not None
-    assert [c.name for c in backend.configs(p)][0] == "wmma_16x16x16"
+    names = [c.name for c in backend.configs(p)]
+    assert names[0] == "staged:fast_128x256x32_s3" and "wmma_16x16x16" in names
+    assert rw.kernel_for(p, backend.configs(p)[0]).name.startswith("rw_fast")
     assert "16-byte aligned" in backend.note(p)
     with pytest.raises(InvalidArgument, match="fast_128x256x32_s3"):
         rw.kernel_for(p, Config.of("fast_128x256x32_s3"))

@@ -79,7 +79,7 @@ def test_staged_config_round_trip():
 
 
 def test_every_backend_offers_staged_configs_only_where_misaligned():
-    odd, even = synthetic(4095, 4095, 4095), synthetic(4096, 4096, 4096)
+    odd, even = synthetic(4096, 4096, 4095), synthetic(4096, 4096, 4096)
     for name in ("triton", "cutlass", "raw_wmma"):
         backend = REGISTRY.get(name)
         staged = [c for c in backend.configs(odd) if staging.is_staged(c)]

@@ -52,12 +52,17 @@ def _staged(name: str, problem: Problem) -> list[Config]:
 
 
 def _exact(name: str, dtype) -> None:
+    ran = 0
     for label, a, b, c, alpha, beta in _cases(dtype, seed=len(name)):
         call = matmul_call(a, b, c, alpha=alpha, beta=beta if c is not None else None,
                            out_dtype="float32")
         assert call.problem.misaligned, label
         configs = _staged(name, call.problem)
+        if name == "cutlass" and call.problem.n * 4 % 16:
+            assert not configs, label  # a D off the grid is not staged for CUTLASS
+            continue
         assert configs, f"{name} offers no staged config for {label}"
+        ran += 1
         want = alpha * (a.double() @ b.double())
         if c is not None:
             want = want + beta * c.double()
@@ -65,6 +70,7 @@ def _exact(name: str, dtype) -> None:
             d = mb.matmul(a, b, c, alpha=alpha, beta=beta if c is not None else None,
                           out_dtype="float32", backend=name, config=configs[0])
             assert torch.equal(d.double(), want), (name, label, configs[0].name)
+    assert ran >= 8, ran
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
