@@ -74,15 +74,17 @@ def _tma_config(tile: tuple) -> Config:
 
 def tma_eligible(problem: Problem) -> bool:
     """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
-    with A row-major, B row- or column-major, and every base and row of A and B 16-byte
-    aligned (D goes through the TMA unit where its rows are aligned too, checked at launch,
+    with a 16-bit D, A row-major, B row- or column-major, and every base and row of A and B
+    16-byte aligned (D goes through the TMA unit where its rows are aligned too, checked at launch,
     else through masked stores)."""
     if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
             "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
         return False
     if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
         return False
-    return problem.a.rows_aligned and problem.b.rows_aligned
+    # a 32-bit D tile converted for the epilogue does not fit beside the 16-bit stages
+    return (problem.a.rows_aligned and problem.b.rows_aligned
+            and dtypes.get(problem.d_dtype).itemsize == 2)
 
 
 def _matrix(t: Any) -> Any:
@@ -249,8 +251,7 @@ class TritonBackend(Backend):
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
                   else TensorDescriptor.from_tensor(b, [bk, bn]))
-        # a 32-bit D tile through shared memory would not fit beside the 16-bit stages
-        d_tma = d.element_size() == 2 and _tma_ready(d)
+        d_tma = _tma_ready(d)
         d_desc = TensorDescriptor.from_tensor(d, [bm, bn]) if d_tma else None
         c = _matrix(ops.c) if ops.c is not None else d
         sms = self._sm_count(a)
