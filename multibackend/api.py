@@ -17,6 +17,7 @@ Semantics every backend shares (and the tests hold them to):
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from multibackend.backends.base import Config
@@ -110,7 +111,14 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     A call with new arguments plans (validates, dispatches, compiles, autotunes); a repeated
     one only launches, and may be captured in a CUDA graph. A first call made while a graph
     is being captured raises :class:`~multibackend.errors.CaptureError`.
+
+    Under torch.compile, and where autograd must record a call that torch's own op would not
+    run, the call goes through the registered operator :mod:`multibackend.torch_op`.
     """
+    if _compiling():  # torch.compile traces the registered operator
+        return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                         acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                         dtype=dtype, backend=backend, config=config, autotune=autotune)
     if (C is None and out is None and beta is None and alpha.__class__ is float and alpha == 1
             and out_dtype is None and acc_dtype is None and precision is None
             and saturate is False and dtype is None and config is None and autotune is None):
@@ -127,6 +135,10 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     fast = _planned(options, (A, B, C, out))
     if fast[0] is not None:
         return fast[0]
+    if _records_grad(A, B, C):  # autograd records the registered operator
+        return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                         acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                         dtype=dtype, backend=backend, config=config, autotune=autotune)
     if dtype is not None and dtype not in ("int4", "uint4"):
         raise InvalidArgument(f"matmul: dtype is {dtype!r}: only 'int4' and 'uint4' name packed "
                               "operands (use binary_matmul for bits; other dtypes come from "
@@ -142,6 +154,37 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
 
     direct = out is None and (C is None or (call.squeeze and getattr(C, "ndim", 2) == 2))
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct)
+
+
+# -- models: torch.compile and autograd go through the registered operator (torch_op.py) --
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing the call: torch's own check, which it reads as True
+    while tracing, bound here once torch is imported (no torch, nothing to trace)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    global _compiling
+    _compiling = torch.compiler.is_dynamo_compiling
+    return _compiling()
+
+
+if "torch" in sys.modules:  # bound now: a compiled caller's guards then see one function
+    _compiling()
+
+
+def _records_grad(A: Any, B: Any, C: Any) -> bool:
+    """Whether autograd records this call: an operand requiring grad (a torch tensor, so
+    torch is imported) and grad mode on."""
+    return (getattr(A, "requires_grad", False) or getattr(B, "requires_grad", False)
+            or getattr(C, "requires_grad", False)) and sys.modules["torch"].is_grad_enabled()
+
+
+def _recorded(A: Any, B: Any, C: Any, **options: Any) -> Any:
+    """The call through the registered operator (:func:`multibackend.torch_op.matmul`)."""
+    from . import torch_op
+
+    return torch_op.matmul(A, B, C, **options)
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -196,10 +239,11 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     under which to remember this call's plan, the key of its shape-free family plan). A key
     is None where there can be none: alpha or beta other than a Python int or float,
     unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
-    for A and B (both torch tensors or both CuPy arrays) with neither C nor ``out``.
-    ``options`` starts with the op (or :data:`_PLAIN_MATMUL`); for matmul its second and
-    third entries are alpha and beta, keyed with their types (alpha=1 and alpha=1.0 plan
-    apart)."""
+    for A and B (both torch tensors or both CuPy arrays) with neither C nor ``out``. A
+    remembered plan whose backend autograd cannot see (any but torch's own op) does not run
+    a matmul autograd must record: (None, None, None). ``options`` starts with the op (or
+    :data:`_PLAIN_MATMUL`); for matmul its second and third entries are alpha and beta, keyed
+    with their types (alpha=1 and alpha=1.0 plan apart)."""
     if options[0] == "matmul":
         kinds = (type(options[1]), type(options[2]))
         if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
@@ -228,6 +272,8 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     except TypeError:  # an unhashable option
         return None, None, None
     if plan is not None:
+        if plan.produce is None and options[0] != "dot" and _records_grad(*tensors[:3]):
+            return None, None, None
         return plan.run(tensors), None, None
     return None, plan_key, fam_key
 
