@@ -7,7 +7,12 @@
     print(mb.explain(A, B))                      # every backend: accepted, or why not
     report = mb.crosscheck(A, B)                 # every backend + cuBLAS vs float64
 
-Importing this package imports no backend and touches no GPU; backends load on first use.
+In models: ``mb.patch(model)`` makes every ``torch.nn.Linear`` run through ``matmul``
+(``mb.nn.Linear``; ``mb.unpatch(model)`` undoes it); under torch.compile and autograd
+``matmul`` goes through the registered torch operator ``multibackend::matmul``.
+
+Importing this package imports no backend and touches no GPU; backends load on first use
+(and torch with ``nn``, ``patch`` and ``unpatch``).
 """
 from .api import binary_matmul, dot, explain, matmul
 from .crosscheck import Report, crosscheck
@@ -20,9 +25,24 @@ from .tuning import load_tuning
 
 __version__ = "0.1.0"
 
+#: loaded on first use (they import torch): name -> (module, attribute or None for the module)
+_LAZY = {"nn": ("nn", None), "patch": ("nn", "patch"), "unpatch": ("nn", "unpatch")}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(f".{module_name}", __name__)
+    return module if attribute is None else getattr(module, attribute)
+
+
 __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
     "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits",
     "MultibackendError", "InvalidArgument", "InvalidType", "UnsupportedProblem",
     "BackendUnavailable", "CaptureError", "CompileError", "KernelRefused", "__version__",
+    "nn", "patch", "unpatch",
 ]

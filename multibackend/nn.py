@@ -1,0 +1,82 @@
+"""Linear layers whose products run through :func:`multibackend.matmul`.
+
+Why it exists: a model's matmuls sit in its ``torch.nn.Linear`` layers, which call torch's own
+GEMM. :class:`Linear` is a drop-in for ``torch.nn.Linear`` (same constructor, parameters,
+state_dict and results) whose forward is ``D = x @ W^T + b`` through
+:func:`multibackend.matmul`: ``x`` folded to a matrix (a view for contiguous inputs), ``W^T``
+passed as the ``.mT`` view (a column-major operand, no copy) and the bias as C with beta = 1,
+broadcast over the rows (row stride 0), so the backend adds it in its epilogue. Under
+torch.compile and autograd the product goes through the registered operator
+(:mod:`multibackend.torch_op`) like any other call.
+
+:func:`patch` turns every ``torch.nn.Linear`` of a model into :class:`Linear` in place (the same
+module objects, parameters, buffers and hooks: only their class changes, as
+``torch.nn.utils.parametrize`` does), and :func:`unpatch` turns them back. Subclasses of
+``torch.nn.Linear`` are left alone: their forward may do more than the product.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .api import matmul
+from .errors import InvalidType
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           backend: str | None = "auto") -> torch.Tensor:
+    """``torch.nn.functional.linear`` through :func:`multibackend.matmul`: x is (*, in),
+    weight (out, in), bias (out,) or None; the result is (*, out)."""
+    rows = x.reshape(-1, x.shape[-1])
+    out_features = weight.shape[0]
+    c = None if bias is None else bias.expand(rows.shape[0], out_features)
+    return matmul(rows, weight.mT, c, backend=backend).view(*x.shape[:-1], out_features)
+
+
+class Linear(torch.nn.Linear):
+    """``torch.nn.Linear`` whose product runs through :func:`multibackend.matmul` on
+    ``backend`` ("auto" by default; see the module docstring)."""
+
+    backend: str | None
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Any = None, dtype: Any = None, *, backend: str | None = "auto") -> None:
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.backend = backend
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return linear(input, self.weight, self.bias, backend=self.backend)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, backend={self.backend!r}"
+
+
+def _check_module(model: Any, call: str) -> None:
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidType(f"{call}: model is a {type(model).__name__}: expected a "
+                          "torch.nn.Module")
+
+
+def patch(model: torch.nn.Module, *, backend: str | None = "auto") -> torch.nn.Module:
+    """Make every ``torch.nn.Linear`` of ``model`` (``model`` itself and nested modules) a
+    :class:`Linear` running on ``backend``, in place; layers already patched take the new
+    backend. Parameters, buffers, hooks and state_dict keys stay as they are. Returns
+    ``model``."""
+    _check_module(model, "patch")
+    for module in model.modules():
+        if type(module) in (torch.nn.Linear, Linear):
+            module.__class__ = Linear
+            module.backend = backend
+    return model
+
+
+def unpatch(model: torch.nn.Module) -> torch.nn.Module:
+    """Turn every :class:`Linear` of ``model`` back into ``torch.nn.Linear``, in place (a
+    :class:`Linear` constructed directly too). Returns ``model``."""
+    _check_module(model, "unpatch")
+    for module in model.modules():
+        if type(module) is Linear:
+            module.__class__ = torch.nn.Linear
+            del module.backend
+    return model
