@@ -2,7 +2,7 @@
 in torch: logits, time in eager, compiled and CUDA-graph modes, and one training step's
 gradients.
 
-Run from the repository root on a machine with a GPU (about 2-3 minutes on an H100):
+Run from the repository root on a machine with a GPU:
 
     python3 benchmarks/gpu_models.py --out-dir benchmarks/results/<GPU> [--backend auto]
 
