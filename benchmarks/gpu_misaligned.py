@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import BASE, checked  # noqa: E402
+from gpu_validation import BASE, checked, member_lines  # noqa: E402
 
 MEMBERS = ("triton", "cutlass", "raw_wmma", "auto")
 NEIGHBOUR = "aligned"
@@ -116,19 +115,6 @@ def _prebuild(cases, members):
         print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
 
 
-def _summary(rows: list[dict], mode: str) -> list[str]:
-    lines = [f"{mode}: x torch.matmul (torch_ms / ms), same run, runs alternated"]
-    by_member: dict[str, list[float]] = {}
-    for r in rows:
-        if r["backend"] not in (BASE, NEIGHBOUR):
-            by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
-    for name, ratios in by_member.items():
-        geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        lines.append(f"  {name:10s} problems {len(ratios):3d}  geomean {geo:.3f}  "
-                     f"min {min(ratios):.3f}")
-    return lines
-
-
 def main() -> int:
     args = parse()
     import torch
@@ -192,7 +178,7 @@ def main() -> int:
             torch.cuda.empty_cache()
     for mode in modes:
         (out_dir / f"misaligned_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
-        for line in _summary(rows[mode], mode):
+        for line in member_lines(rows[mode], mode, leave_out=(BASE, NEIGHBOUR)):
             print(line, flush=True)
     for note in notes:
         print("  note:", note, flush=True)

@@ -97,16 +97,24 @@ def checked(calls: dict, a, b, problem, notes: list) -> dict:
     return kept
 
 
-def _summary(rows: list[dict], mode: str) -> list[str]:
+def member_lines(rows: list[dict], mode: str, leave_out: tuple = ()) -> list[str]:
+    """Per member (``backend`` of the rows, but those in ``leave_out``): the geometric mean
+    of torch_ms / ms, the worst ratio and how many fall below 0.95x."""
     by_member: dict[str, list[float]] = {}
     for r in rows:
-        by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
+        if r["backend"] not in leave_out:
+            by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
     lines = [f"{mode}: x torch.matmul (torch_ms / ms), same run, runs alternated"]
     for name, ratios in by_member.items():
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
         below = sum(r < 0.95 for r in ratios)
         lines.append(f"  {name:14s} problems {len(ratios):4d}  geomean {geo:.3f}  "
                      f"min {min(ratios):.3f}  below 0.95x: {below}")
+    return lines
+
+
+def _summary(rows: list[dict], mode: str) -> list[str]:
+    lines = member_lines(rows, mode)
     fastest: dict[tuple, float] = {}
     for r in rows:
         key = (r["dtype"], r["m"], r["n"], r["k"], r["batch"])

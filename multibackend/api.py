@@ -252,8 +252,8 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     fam_key = None
     if options[0] in ("matmul", _PLAIN_MATMUL) and arrays[2] is None and arrays[3] is None:
         fam_key = plans.family_key(options, arrays[0], arrays[1])
-        try:
-            found = plans.family(fam_key)
+        try:  # a plain call looked its family plan up already (in matmul)
+            found = plans.family(fam_key) if options[0] == "matmul" else None
         except TypeError:  # an unhashable option
             return None, None, None
         if found is not None:
