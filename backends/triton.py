@@ -276,9 +276,10 @@ class TritonBackend(Backend):
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
-        """The first two TMA candidates (where there are more tiles than the ``sms``
-        multiprocessors), the first two pointer candidates, and the largest pointer tile that
-        still gives every multiprocessor a tile (small problems)."""
+        """The first two TMA candidates (three staged ones for a misaligned product) where
+        there are more tiles than the ``sms`` multiprocessors, the first two pointer
+        candidates, and the largest pointer tile that still gives every multiprocessor a
+        tile (small problems)."""
         tiles = self.configs(problem)[1:]
         pointer = [c for c in tiles if c.get("kind") != "tma"]
 
@@ -286,8 +287,11 @@ class TritonBackend(Backend):
             return (triton.cdiv(problem.m, c.get("BLOCK_M"))
                     * triton.cdiv(problem.n, c.get("BLOCK_N")) * problem.batch)
 
-        # a persistent kernel pays off only with more tiles than multiprocessors
-        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms][:2]
+        # a persistent kernel pays off only with more tiles than multiprocessors; a
+        # misaligned product also tries the narrower staged tile (its last wave is
+        # shorter where the copies already cost time)
+        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms]
+        tma = tma[:staging.OFFERED if problem.misaligned else 2]
 
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling

@@ -102,6 +102,18 @@ def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
     assert fast_eligible(odd) is not None and fast_eligible(staged) is None
 
 
+def test_triton_autotune_shortlists_every_offered_staged_tile(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    backend = REGISTRY.get("triton")
+    odd, even = synthetic(3000, 4097, 4095), synthetic(3008, 4160, 4096)
+    offered = [c.name for c in backend.configs(odd) if staging.is_staged(c)]
+    picked = [c.name for c in backend._shortlist(odd, 132)]
+    assert offered == picked[:staging.OFFERED]
+    assert any("128x128" in name for name in offered), offered
+    aligned_tma = [c for c in backend._shortlist(even, 132) if c.get("kind") == "tma"]
+    assert len(aligned_tma) == 2
+
+
 @interpreter_only
 @pytest.mark.parametrize("offset", [1, 2, 4, 8])
 @pytest.mark.parametrize("layouts", [("row", "row"), ("row", "col"), ("col", "row"),
