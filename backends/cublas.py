@@ -140,8 +140,9 @@ class CublasBackend(Backend):
         import torch
 
         if a.dim() == b.dim() == d.dim() == 2 and (c is None or c.dim() == 2):
-            if c is not None:
-                torch.addmm(c, a, b, beta=beta, alpha=alpha, out=d)
+            if c is not None:  # a bias broadcast over the rows goes as the vector it is
+                torch.addmm(c[0] if _row_broadcast(c.stride()) else c, a, b, beta=beta,
+                            alpha=alpha, out=d)
             elif alpha != 1:  # beta = 0: torch ignores the input, NaN in D included
                 torch.addmm(d, a, b, beta=0, alpha=alpha, out=d)
             else:
@@ -180,8 +181,9 @@ class CublasBackend(Backend):
 
     def produce(self, problem: Problem, config: Config, alpha: float | int, beta: float | int,
                 kind: str = "torch", matrices: bool = True
-                ) -> Callable[[Any, Any, Any], Any] | None:
-        """The call that makes D for a remembered call — a function of (a, b, c), the arrays
+                ) -> Callable[..., Any] | None:
+        """The call that makes D for a remembered call — a function of (a, b) for a call
+        without C (torch's or CuPy's op itself), of (a, b, c) for one with C; the arrays
         as the caller gave them (``matrices``: A and B 2-D; else either may be 3-D, a batch
         of one broadcast), on the caller's current stream — or None where it takes more
         than one call (integer and fp8 products; float32 for a torch caller, whose TF32
@@ -189,7 +191,9 @@ class CublasBackend(Backend):
 
         ``kind`` is the caller's array kind: a torch caller gets what it would call itself
         (``torch.mm``/``torch.addmm`` for matrices, ``torch.matmul`` for a batch, which folds
-        a broadcast B into one GEMM as it does for the user), a CuPy caller ``cupy.matmul``
+        a broadcast B into one GEMM as it does for the user; a C broadcast over the rows
+        goes to ``addmm`` as the bias vector it is, as ``torch.nn.functional.linear`` passes
+        it, which cuBLASLt adds in its epilogue), a CuPy caller ``cupy.matmul``
         for the dtypes CuPy holds, with no C, float32 only as IEEE float32 (CuPy's own TF32
         switch, ``CUPY_TF32``, off)."""
         if problem.op != "matmul" or problem.in_dtype not in FLOATS:
@@ -203,17 +207,24 @@ class CublasBackend(Backend):
             if not plain or problem.in_dtype == "bfloat16" or (
                     problem.in_dtype == "float32" and os.environ.get("CUPY_TF32", "0") != "0"):
                 return None
-            return lambda a, b, c: cupy.matmul(a, b)
+            return cupy.matmul
         import torch
 
         if kind != "torch" or problem.in_dtype == "float32":
             return None
         if plain:
-            return (lambda a, b, c: torch.mm(a, b)) if matrices else \
-                (lambda a, b, c: torch.matmul(a, b))
+            return torch.mm if matrices else torch.matmul
         if problem.has_c and matrices:
+            if _row_broadcast(problem.c.strides):  # a bias: torch's fused-bias epilogue
+                return lambda a, b, c: torch.addmm(c[0], a, b, beta=beta, alpha=alpha)
             return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)
         return None
+
+
+def _row_broadcast(strides: tuple) -> bool:
+    """Whether a C matrix of these strides is one row broadcast over all rows (row stride
+    0, unit column stride): torch's addmm fuses it as a bias only when given as a vector."""
+    return strides[0] == 0 and strides[1] == 1
 
 
 def create() -> Backend:

@@ -16,7 +16,7 @@ Semantics every backend shares (and the tests hold them to):
 """
 from __future__ import annotations
 
-import math
+import inspect
 import sys
 from typing import Any
 
@@ -94,10 +94,7 @@ def _resolve_config(call: Call, backend: str | None, config: Any):
                           f"for this problem (offered: {names})")
 
 
-def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
-           out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
-           precision: str | None = None, saturate: bool = False, dtype: str | None = None,
-           backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
+def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     """``D = alpha * A @ B + beta * C`` on the backend ``backend`` ("auto" by default).
 
     ``out_dtype``: D's dtype (default: A's for floats, int32 for integers, float32 for fp8).
@@ -115,20 +112,32 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
     Under torch.compile, and where autograd must record a call that torch's own op would not
     run, the call goes through the registered operator :mod:`multibackend.torch_op`.
     """
+    if A.__class__ is _TENSOR and not _compiling():
+        # a repeated plain call on torch tensors: its family plan, looked up at once
+        if not options:
+            done = _PLAIN(A, B, C, "auto")
+        elif len(options) == 1 and "backend" in options:
+            done = _PLAIN(A, B, C, options["backend"])
+        else:
+            done = plans.MISS
+        if done is not plans.MISS:
+            return done
+    return _matmul(A, B, C, **options)
+
+
+def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
+            out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
+            precision: str | None = None, saturate: bool = False, dtype: str | None = None,
+            backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
+    """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
     if _compiling():  # torch.compile traces the registered operator
         return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                          acc_dtype=acc_dtype, precision=precision, saturate=saturate,
                          dtype=dtype, backend=backend, config=config, autotune=autotune)
-    if (C is None and out is None and beta is None and alpha.__class__ is float and alpha == 1
+    if (out is None and beta is None and alpha.__class__ is float and alpha == 1
             and out_dtype is None and acc_dtype is None and precision is None
             and saturate is False and dtype is None and config is None and autotune is None):
-        options: tuple = (_PLAIN_MATMUL, backend)  # the plain call, keyed by less
-        try:  # its shape-free plan, looked up at once
-            found = _FAMILY(plans.family_key(options, A, B))
-            if found is not None and (found[1] == _UNBOUNDED or _below(A, B, found)):
-                return found[0](A, B, None)
-        except (RuntimeError, ValueError, TypeError):  # the full path words the error
-            pass
+        options: tuple = (plans.PLAIN, backend)  # the plain call, keyed by less
     else:
         options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,
                    backend, config, autotune)
@@ -158,14 +167,20 @@ def matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
 
 # -- models: torch.compile and autograd go through the registered operator (torch_op.py) --
 
+#: torch.Tensor, once torch is imported: the class :func:`matmul`'s shortest path serves
+_TENSOR: Any = None
+
+
 def _compiling() -> bool:
     """Whether torch.compile is tracing the call: torch's own check, which it reads as True
-    while tracing, bound here once torch is imported (no torch, nothing to trace)."""
+    while tracing, bound here once torch is imported (no torch, nothing to trace), with
+    :data:`_TENSOR`."""
     torch = sys.modules.get("torch")
     if torch is None:
         return False
-    global _compiling
+    global _compiling, _TENSOR
     _compiling = torch.compiler.is_dynamo_compiling
+    _TENSOR = torch.Tensor
     return _compiling()
 
 
@@ -205,33 +220,12 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
     return _dispatch_and_run(call, backend, config, fast[1:])
 
 
-#: the first entry of a plain matmul's options (A and B only, every keyword at its default
-#: but ``backend``): its keys leave the defaults out
-_PLAIN_MATMUL = "matmul:plain"
-
 #: the types alpha and beta may have in a plan's key: anything else (bool, which is refused;
 #: NumPy scalars and 0-d arrays) takes the full path
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
-
-
-_UNBOUNDED = math.inf
-_FAMILY = plans.family
-
-
-def _size(array: Any) -> int:
-    """Elements of a torch tensor (``numel()``) or CuPy array (``size``)."""
-    numel = getattr(array, "numel", None)
-    return numel() if numel is not None else array.size
-
-
-def _below(a: Any, b: Any, found: tuple) -> bool:
-    """Whether a family plan's decision holds for A and B: fewer elements in A or B, or a
-    smaller M, N or K, than the bounds it holds below (see
-    :func:`multibackend.dispatch.shape_free`); element counts first, shapes only if need be."""
-    if _size(a) < found[1] or _size(b) < found[2]:
-        return True
-    a_shape, b_shape = a.shape, b.shape
-    return a_shape[-2] < found[3] or b_shape[-1] < found[4] or a_shape[-1] < found[5]
+_PLAIN = plans.plain
+#: help() and IDEs show matmul's keywords, which it passes on to the full path
+matmul.__signature__ = inspect.signature(_matmul)
 
 
 def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | None]:
@@ -239,29 +233,29 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     under which to remember this call's plan, the key of its shape-free family plan). A key
     is None where there can be none: alpha or beta other than a Python int or float,
     unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
-    for A and B (both torch tensors or both CuPy arrays) with neither C nor ``out``. A
+    without ``out``, for torch tensors (C too) or CuPy arrays (no C), all of one kind. A
     remembered plan whose backend autograd cannot see (any but torch's own op) does not run
     a matmul autograd must record: (None, None, None). ``options`` starts with the op (or
-    :data:`_PLAIN_MATMUL`); for matmul its second and third entries are alpha and beta, keyed
-    with their types (alpha=1 and alpha=1.0 plan apart)."""
+    :data:`multibackend.plans.PLAIN`); for matmul its second and third entries are alpha
+    and beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
     if options[0] == "matmul":
         kinds = (type(options[1]), type(options[2]))
         if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
             return None, None, None
         options += kinds
     fam_key = None
-    if options[0] in ("matmul", _PLAIN_MATMUL) and arrays[2] is None and arrays[3] is None:
-        fam_key = plans.family_key(options, arrays[0], arrays[1])
-        try:  # a plain call looked its family plan up already (in matmul)
-            found = plans.family(fam_key) if options[0] == "matmul" else None
+    if options[0] in ("matmul", plans.PLAIN) and arrays[3] is None:
+        fam_key = plans.family_key(options, *arrays[:3])
+        try:
+            found = plans.family(fam_key)
         except TypeError:  # an unhashable option
             return None, None, None
-        if found is not None:
-            if found[1] == _UNBOUNDED or _below(arrays[0], arrays[1], found):
-                try:
-                    return found[0](arrays[0], arrays[1], None), None, None
-                except (RuntimeError, ValueError):  # refused: the full path words the error
-                    return None, None, None
+        if found is not None and plans.below(arrays[0], arrays[1], found):
+            try:
+                done = plans.made(found, *arrays[:3])
+            except (RuntimeError, ValueError):  # refused: the full path words the error
+                return None, None, None
+            return (None if done is plans.MISS else done), None, None
     adapted = plans.as_tensors(arrays)
     if adapted is None:
         return None, None, None

@@ -69,7 +69,9 @@ class Plan:
 
     def run(self, tensors: tuple) -> Any:
         if self.produce is not None and self.kind == "torch":  # torch's stream, the device
-            return self.produce(tensors[0], tensors[1], tensors[2])
+            if self.problem.has_c:
+                return self.produce(tensors[0], tensors[1], tensors[2])
+            return self.produce(tensors[0], tensors[1])
         a = tensors[0]
         device = a.device
         stream = caller_stream(self.kind, device)
@@ -185,7 +187,7 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
 
 
 #: the call that makes D for a product whose plan holds for every shape below a size (A and
-#: B of one dtype, no C or ``out``, cuBLAS decided with nothing shape-dependent in the way
+#: B of one dtype, no ``out``, C only with 2-D A and B, cuBLAS decided with nothing shape-dependent in the way
 #: below those sizes: see :func:`multibackend.dispatch.shape_free`), keyed without sizes,
 #: strides or alignment, by the caller's arrays as they are (torch tensors or CuPy arrays:
 #: no conversion), with the element counts of A and B below which (either one) it holds.
@@ -193,35 +195,86 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
 #: error.
 _FAMILIES: dict[tuple, tuple] = {}
 
-_TENSOR: Any = None
 _GENERATION = tuning.generation_counter()
 
+#: the first entry of a plain matmul's options (A and B only, every keyword at its default
+#: but ``backend``): its keys leave the defaults out
+PLAIN = "matmul:plain"
+#: what :func:`plain` answers when no family plan runs the call
+MISS = object()
 
-def family_key(options: tuple, a: Any, b: Any) -> tuple | None:
-    """The key of a product of two arrays with neither C nor ``out``, sizes left out; None
-    for arrays other than two torch tensors or two CuPy arrays, and for host tensors (which
-    multibackend computes on the GPU, where their own op would compute on the host)."""
-    global _TENSOR
+
+def _torch_key(options: Any, a: Any, b: Any, c: Any = None) -> tuple | None:
+    """A torch product's family key (``options`` a backend name for a plain call, else the
+    options tuple): the dtypes and ranks of A and B, the device, the watched environment
+    and tables, and C's dtype and strides (row stride 0 for a bias broadcast over the rows:
+    then shape-free); None for a host tensor (multibackend computes it on the GPU, where its
+    own op would compute on the host)."""
+    device = a.get_device()
+    if device < 0:
+        return None
+    get = _ENVIRON.get
+    key = (options, a.dtype, b.dtype, a.ndim, b.ndim, device, get(_BACKEND_KEY),
+           get(_TUNING_KEY), get(_AUTOTUNE_KEY), _GENERATION[0])
+    return key if c is None else key + (c.dtype, c.stride())
+
+
+def family_key(options: tuple, a: Any, b: Any, c: Any = None) -> tuple | None:
+    """The key of a product of two arrays (and C, for torch tensors) with no ``out``, sizes
+    left out; None for arrays other than torch tensors or CuPy arrays all alike, and for
+    host tensors. A plain call's (options ``(PLAIN, backend)``) is the key :func:`plain`
+    looks up."""
     cls = a.__class__
-    if cls is _TENSOR or (_TENSOR is None and cls.__module__ == "torch"
-                          and cls is sys.modules["torch"].Tensor):
-        _TENSOR = cls
-        if b.__class__ is not cls:
+    torch = sys.modules.get("torch")
+    if torch is not None and cls is torch.Tensor and isinstance(_ENVIRON, dict):
+        if b.__class__ is not cls or (c is not None and c.__class__ is not cls):
             return None
-        device = a.get_device()
-        if device < 0:
-            return None
-        if isinstance(_ENVIRON, dict):
-            get = _ENVIRON.get
-            return (options, get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY),
-                    _GENERATION[0], a.dtype, b.dtype, a.dim(), b.dim(), device)
-        return (options, _watched_environment(), _GENERATION[0], a.dtype, b.dtype, a.dim(),
-                b.dim(), device)
+        return _torch_key(options[1] if options[0] == PLAIN else options, a, b, c)
     cupy = sys.modules.get("cupy")
-    if cupy is not None and cls is cupy.ndarray and b.__class__ is cls:
+    if cupy is not None and cls is cupy.ndarray and b.__class__ is cls and c is None:
         return (options, _watched_environment(), _GENERATION[0], "cupy", a.dtype, b.dtype,
                 a.ndim, b.ndim, a.device.id)
     return None
+
+
+def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
+    """The result of a plain call ``matmul(a, b, c, backend=backend)`` on torch tensors
+    made by its family plan, or :data:`MISS` where none holds (or the op refused the
+    arrays: the full path words the error). The hot path of every repeated plain call."""
+    try:
+        found = _FAMILIES.get(_torch_key(backend, a, b, c))
+        if found is not None and (a.numel() < found[1] or below(a, b, found)):
+            return found[0](a, b) if c is None else made(found, a, b, c)
+    except (RuntimeError, ValueError, TypeError, AttributeError):
+        pass
+    return MISS
+
+
+def made(found: tuple, a: Any, b: Any, c: Any) -> Any:
+    """D made by a family plan ``found`` (its bounds already checked), or :data:`MISS`
+    where C is not D's shape (the op would broadcast what matmul refuses)."""
+    if c is None:
+        return found[0](a, b)
+    if c.shape == (a.shape[0], b.shape[1]):
+        return found[0](a, b, c)
+    return MISS
+
+
+def below(a: Any, b: Any, found: tuple) -> bool:
+    """Whether a family plan's decision holds for A and B: fewer elements in A or B, or a
+    smaller M, N or K, than the bounds it holds below (see
+    :func:`multibackend.dispatch.shape_free`; infinite where it holds for every size);
+    element counts first, shapes only if need be."""
+    if _size(a) < found[1] or _size(b) < found[2]:
+        return True
+    a_shape, b_shape = a.shape, b.shape
+    return a_shape[-2] < found[3] or b_shape[-1] < found[4] or a_shape[-1] < found[5]
+
+
+def _size(array: Any) -> int:
+    """Elements of a torch tensor (``numel()``) or CuPy array (``size``)."""
+    numel = getattr(array, "numel", None)
+    return numel() if numel is not None else array.size
 
 
 #: family(key): (the op that makes D, elements of A, elements of B, M, N, K) for the calls

@@ -180,3 +180,70 @@ def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype)
         mb.matmul(wrap(_rand((8, 16), dtype)), wrap(_rand((17, 8), dtype)))
     with pytest.raises(mb.InvalidArgument, match="same dtype"):
         mb.matmul(wrap(_rand((8, 16), dtype)), wrap(_rand((16, 8), torch.float32)))
+
+
+@pytest.mark.parametrize("backend", [None, "auto", "cublas"])
+def test_repeated_plain_calls_take_the_shortest_path(backend):
+    """A repeated plain call (A and B, at most ``backend``) is made by its family plan,
+    torch's own op, straight from :func:`multibackend.matmul`; host tensors and calls with
+    other keywords never are."""
+    from multibackend import plans
+
+    plans.forget()
+    a, b = _rand((96, 256), seed=61), _rand((256, 80), seed=62)
+    options = {} if backend == "auto" else {"backend": backend}
+    first = mb.matmul(a, b, **options)
+    assert plans.plain(a, b, "auto" if backend == "auto" else backend) is not plans.MISS
+    again = mb.matmul(a, b, **options)
+    assert torch.equal(first, again) and torch.equal(again, torch.mm(a, b))
+    assert plans.plain(a.cpu(), b.cpu(), "auto") is plans.MISS
+    assert plans.plain(a, b, "triton") is plans.MISS  # never planned under that name
+    with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):
+        mb.matmul(a, _rand((255, 80)), **options)
+
+
+def test_a_bias_broadcast_over_rows_goes_to_addmm_as_a_vector(monkeypatch):
+    """C broadcast over the rows (a Linear's bias) reaches cuBLAS as the bias vector, the
+    form its fused-bias epilogue takes, in every remembered call; a full C as itself."""
+    from multibackend import plans
+
+    plans.forget()
+    a, b, bias = _rand((200, 64), seed=63), _rand((64, 96), seed=64), _rand((96,), seed=65)
+    c = bias.expand(200, 96)
+    seen = []
+    addmm = torch.addmm
+
+    def recording(c_arg, *args, **kwargs):
+        seen.append(c_arg.dim())
+        return addmm(c_arg, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "addmm", recording)
+    full = _rand((200, 96), seed=66)
+    for backend in ("cublas", "auto"):
+        for _ in range(3):
+            _assert_close((a, b, c), mb.matmul(a, b, c, backend=backend), beta=1.0)
+    assert len(seen) >= 4 and set(seen) == {1}, seen
+    for _ in range(2):
+        _assert_close((a, b, full), mb.matmul(a, b, full, backend="cublas"), beta=1.0)
+    assert seen[-1] == 2
+
+
+def test_repeated_calls_with_a_bias_take_the_shortest_path():
+    """A repeated call with C and no other keyword is made by its family plan too, for every
+    M (a bias broadcast over the rows keys no shape); a C that is not D's shape still gets
+    matmul's error, never torch's broadcast."""
+    from multibackend import plans
+
+    plans.forget()
+    b, bias = _rand((128, 96), seed=71), _rand((96,), seed=72)
+    for i, m in enumerate((8, 200, 33)):
+        a = _rand((m, 128), seed=73 + i)
+        c = bias.expand(m, 96)
+        for _ in range(2):
+            _assert_close((a, b, c), mb.matmul(a, b, c), beta=1.0)
+        assert plans.plain(a, b, c, "auto") is not plans.MISS, m
+    row = bias.reshape(1, 96)
+    with pytest.raises(mb.InvalidArgument, match="C must be"):
+        mb.matmul(a, b, row.expand(1, 96))
+    with pytest.raises(mb.InvalidArgument, match="C must be"):
+        mb.matmul(a, b, bias.expand(m + 1, 96))
