@@ -8,21 +8,25 @@ for f16, bf16, f32 and f64.
 
 Configs: "autotune" (the default on a GPU) times the Hopper-sized candidates below on the
 first call for each shape and keeps the fastest; each candidate is also a config of its own so
-the tuner can choose one directly. Under ``TRITON_INTERPRET=1`` (no GPU) one small config runs
-and bf16 operands are upcast before ``tl.dot``, which the interpreter computes wrongly
-otherwise; the interpreter also ignores tf32 rounding (its results are more accurate than the
-GPU's), which the tests take into account.
+the tuner can choose one directly. Skinny and few-tile products of 16-bit or float32 operands
+are also offered split-K configs (``splitk_...``, see :func:`split_k`): K cut into slices
+that separate programs multiply, and a second kernel that adds them up. Under
+``TRITON_INTERPRET=1`` (no GPU) one small config (and one small split-K config) runs and bf16
+operands are upcast before ``tl.dot``, which the interpreter computes wrongly otherwise; the
+interpreter also ignores tf32 rounding (its results are more accurate than the GPU's), which
+the tests take into account.
 """
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import triton
 
 from multibackend import dtypes, staging
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.errors import InvalidArgument
 from multibackend.problem import Problem
 
 from .triton_launch import LIMIT as LAUNCH_LIMIT
@@ -52,6 +56,29 @@ DOT_BLOCK = 4096
 DOT_WARPS = 8
 DOT_PROGRAMS_PER_SM = 4
 
+#: split-K (see :func:`split_k`): a product whose M or N is at most this is skinny
+SPLITK_NARROW = 256
+#: the multiprocessors configs() plans split-K for (H100 SXM and H200 have 132)
+SPLITK_SMS = 132
+#: each program's slice of K is at least this many BLOCK_K steps (a pipeline to fill)
+SPLITK_MIN_STEPS = 4
+#: split-K plans between one and this many waves of programs
+SPLITK_WAVES = 2
+#: skinny candidates: (the wide side's block, BLOCK_K for 16-bit operands, warps), the
+#: expected best first; the narrow side's block is the narrow size rounded up to 16, 32 or 64
+SPLITK_SKINNY = ((128, 128, 4), (64, 128, 4), (256, 64, 4))
+#: few-tile candidates: (BLOCK_M, BLOCK_N, BLOCK_K for 16-bit operands, warps)
+SPLITK_FEW = ((128, 128, 64, 8), (128, 256, 64, 8), (64, 128, 64, 4))
+#: shared memory a split-K tile's pipeline stages may take, and the most stages
+SPLITK_SMEM = 160 * 1024
+SPLITK_MAX_STAGES = 4
+SPLITK_GROUP_M = 8
+#: the interpreter's split-K config: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, warps, stages)
+INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
+#: the split-K reduction: elements of D per program, and its warps
+REDUCE_ELEMENTS = 1024
+REDUCE_WARPS = 4
+
 _FLOATS_OUT = ("float16", "bfloat16", "float32")
 
 
@@ -72,6 +99,92 @@ def _tma_config(tile: tuple) -> Config:
                      num_stages=stages, GROUP_M=group, WARP_SPECIALIZE=ws)
 
 
+def _splitk_config(bm: int, bn: int, bk: int, split: int, warps: int, stages: int) -> Config:
+    return Config.of(f"splitk_{bm}x{bn}x{bk}_s{split}_w{warps}_st{stages}", kind="splitk",
+                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps,
+                     num_stages=stages)
+
+
+def _tile_count(problem: Problem, bm: int, bn: int) -> int:
+    """Output tiles of a BLOCK_M x BLOCK_N grid over every batch entry."""
+    return triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn) * problem.batch
+
+
+def _wave_use(programs: int, sms: int) -> float:
+    """The share of the multiprocessors' wave slots that ``programs`` programs keep busy."""
+    return programs / (triton.cdiv(programs, sms) * sms)
+
+
+def _exact_split(steps: int, split: int) -> int:
+    """The slices a split of ``steps`` BLOCK_K steps into ``split`` gives once each slice is
+    a whole number of steps (the last one shorter): never an empty slice."""
+    per = triton.cdiv(steps, max(split, 1)) if steps else 1
+    return max(1, triton.cdiv(steps, per))
+
+
+def split_k(tiles: int, steps: int, sms: int = SPLITK_SMS) -> int:
+    """Into how many slices to cut K for a product of ``tiles`` output tiles and ``steps``
+    BLOCK_K steps of K on ``sms`` multiprocessors (1: no split).
+
+    A data-parallel grid runs one program per output tile, which leaves multiprocessors
+    idle when there are few tiles. A 2048^3 product with the 128x256 tile has 16 * 8 = 128
+    tiles for 132 SMs: a single wave in which every program walks all 32 BLOCK_K steps of K
+    alone, with no second program on its multiprocessor to hide the latency of its loads
+    (plain pointer loads in the pointer kernel), which is why it ran at 0.2-0.3x
+    torch.matmul; a decode product (M = 1, N = 4096) has 16 to 64 tiles and leaves most
+    multiprocessors without work. Split-K runs tiles * slices programs: the split chosen
+    gives at least one full wave (``sms`` programs) and at most SPLITK_WAVES waves, keeping
+    the last wave as full as it can (the fewer slices on a tie: each adds a float32 partial
+    of D to write and read back), with every slice SPLITK_MIN_STEPS steps or longer. Where
+    K is too short to fill a wave, K is cut as finely as that allows."""
+    most = max(1, steps // SPLITK_MIN_STEPS)
+    exact = sorted({_exact_split(steps, s) for s in range(1, most + 1)})
+    if tiles * exact[-1] < sms:
+        return exact[-1]
+    filling = [s for s in exact if sms <= tiles * s <= SPLITK_WAVES * sms]
+    if not filling:
+        return min(s for s in exact if tiles * s >= sms)
+    return max(filling, key=lambda s: (_wave_use(tiles * s, sms), -s))
+
+
+def splitk_eligible(problem: Problem) -> bool:
+    """Whether the split-K kernels run the problem: a matrix product of 16-bit or float32
+    operands accumulated in float32 (the workspace holds float32 partials)."""
+    return (problem.op == "matmul" and problem.packed is None and problem.acc == "float32"
+            and problem.in_dtype in ("float16", "bfloat16", "float32"))
+
+
+def _splitk_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, warps) split-K candidates for the problem: narrow tiles
+    for a skinny product (M or N at most SPLITK_NARROW), else Hopper-sized ones where the
+    default 128x256 tile leaves multiprocessors idle; none otherwise."""
+    width = int(dtypes.get(problem.in_dtype).itemsize)
+    narrow = min(problem.m, problem.n)
+    if narrow <= SPLITK_NARROW:
+        block = min(64, max(16, triton.next_power_of_2(narrow)))
+        return [((block, wide) if problem.m <= problem.n else (wide, block))
+                + (bk * 2 // width, warps) for wide, bk, warps in SPLITK_SKINNY]
+    bm, bn = POINTER_TILES[2][0][:2]
+    if _tile_count(problem, bm, bn) < SPLITK_SMS:
+        return [(bm, bn, bk * 2 // width, warps) for bm, bn, bk, warps in SPLITK_FEW]
+    return []
+
+
+def splitk_configs(problem: Problem) -> list[Config]:
+    """The split-K configs offered for the problem, the expected best first: each candidate
+    tile with the split :func:`split_k` picks for it, where that is a split at all."""
+    if not splitk_eligible(problem):
+        return []
+    width = int(dtypes.get(problem.in_dtype).itemsize)
+    found = []
+    for bm, bn, bk, warps in _splitk_tiles(problem):
+        split = split_k(_tile_count(problem, bm, bn), triton.cdiv(problem.k, bk))
+        if split > 1:
+            stages = min(SPLITK_MAX_STAGES, SPLITK_SMEM // ((bm + bn) * bk * width))
+            found.append(_splitk_config(bm, bn, bk, split, warps, stages))
+    return found
+
+
 def tma_eligible(problem: Problem) -> bool:
     """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
     with a 16-bit D, A row-major, B row- or column-major, and every base and row of A and B
@@ -85,6 +198,34 @@ def tma_eligible(problem: Problem) -> bool:
     # a 32-bit D tile converted for the epilogue does not fit beside the 16-bit stages
     return (problem.a.rows_aligned and problem.b.rows_aligned
             and dtypes.get(problem.d_dtype).itemsize == 2)
+
+
+class _SplitPlan(NamedTuple):
+    """What a split-K launch needs beyond its arrays, for one problem and config."""
+
+    grid: tuple[int, int, int]
+    reduce_grid: tuple[int, int, int]
+    workspace: tuple[int, int, int, int]  # (batch, slices, M, N), float32
+    k_slice: int
+    splits: int
+    constexprs: dict
+    reduce_constexprs: dict
+
+
+def _tile_constexprs(problem: Problem, config: Config) -> dict[str, Any]:
+    """The constexprs and launch options the pointer and split-K kernels share."""
+    import triton.language as tl
+
+    bk = config.get("BLOCK_K")
+    acc = {"float32": tl.float32, "float16": tl.float16, "float64": tl.float64,
+           "int32": tl.int32}[problem.acc]
+    precision = "ieee" if problem.in_dtype == "float64" else problem.precision or "ieee"
+    upcast = interpreting() and problem.in_dtype in ("bfloat16", "float8_e4m3fn",
+                                                     "float8_e5m2")
+    return dict(BLOCK_M=config.get("BLOCK_M"), BLOCK_N=config.get("BLOCK_N"), BLOCK_K=bk,
+                ACC=acc, INPUT_PRECISION=precision, EVEN_K=problem.k % bk == 0,
+                UPCAST=upcast, num_warps=config.get("num_warps"),
+                num_stages=config.get("num_stages"))
 
 
 def _matrix(t: Any) -> Any:
@@ -147,6 +288,7 @@ class TritonBackend(Backend):
         self._last_best: tuple = (None, None)  # (problem, its best config), by identity
         self._matmul_launcher: Launcher | None = None
         self._dot_pair: tuple[Launcher, Launcher] | None = None
+        self._splitk_pair: tuple[Launcher, Launcher] | None = None
         self._sms: dict[int, int] = {}
         self._statics: dict[tuple[Problem, str], tuple] = {}
 
@@ -177,11 +319,12 @@ class TritonBackend(Backend):
             return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
                               num_warps=DOT_WARPS)]
         if interpreting():
-            return [_tile_config(INTERPRETER_TILE)] + staging.offered(self, problem)
+            split = [_splitk_config(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else []
+            return [_tile_config(INTERPRETER_TILE)] + split + staging.offered(self, problem)
         width = int(dtypes.get(problem.in_dtype).itemsize)
-        tiles = [_tile_config(t) for t in POINTER_TILES[width]]
-        if tma_eligible(problem):
-            tiles = [_tma_config(t) for t in TMA_TILES] + tiles
+        tma = [_tma_config(t) for t in TMA_TILES] if tma_eligible(problem) else []
+        # split-K after TMA: a misaligned product's staged configs stay its TMA tiles
+        tiles = tma + splitk_configs(problem) + [_tile_config(t) for t in POINTER_TILES[width]]
         if min(problem.m, problem.n) <= 64:
             # a skinny product wastes most of a 128-wide tile: narrow tiles first
             tiles.sort(key=lambda c: min(c.get("BLOCK_M"), c.get("BLOCK_N")) > 64)
@@ -189,29 +332,23 @@ class TritonBackend(Backend):
         return [Config.of("autotune")] + staging.offered(self, problem) + tiles
 
     # -- matmul -------------------------------------------------------------------------
+    def _keep_statics(self, problem: Problem, config: Config, statics: Any) -> Any:
+        """``statics`` kept for this problem and config (the table emptied when full)."""
+        if len(self._statics) >= LAUNCH_LIMIT:
+            self._statics.clear()
+        self._statics[(problem, config.name)] = statics
+        return statics
+
     def _matmul_statics(self, problem: Problem, config: Config) -> tuple:
         """(grid, constexprs and launch options) of the pointer kernel for this problem and
         config, worked out once."""
-        import triton.language as tl
-
         found = self._statics.get((problem, config.name))
         if found is not None:
             return found
-        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
-        acc = {"float32": tl.float32, "float16": tl.float16, "float64": tl.float64,
-               "int32": tl.int32}[problem.acc]
-        precision = "ieee" if problem.in_dtype == "float64" else problem.precision or "ieee"
-        upcast = interpreting() and problem.in_dtype in ("bfloat16", "float8_e4m3fn",
-                                                         "float8_e5m2")
+        bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
         grid = (-(-problem.m // bm) * -(-problem.n // bn), problem.batch, 1)
-        constexprs = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
-                          ACC=acc, INPUT_PRECISION=precision, EVEN_K=problem.k % bk == 0,
-                          UPCAST=upcast, num_warps=config.get("num_warps"),
-                          num_stages=config.get("num_stages"))
-        if len(self._statics) >= LAUNCH_LIMIT:
-            self._statics.clear()
-        self._statics[(problem, config.name)] = found = (grid, constexprs)
-        return found
+        constexprs = dict(_tile_constexprs(problem, config), GROUP_M=config.get("GROUP_M"))
+        return self._keep_statics(problem, config, (grid, constexprs))
 
     def _matmul_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(the launcher's key, grid, the kernel's arguments, a constexprs builder) of the
@@ -265,9 +402,98 @@ class TritonBackend(Backend):
             D_TMA=d_tma, WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
             num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
+    # -- split-K ----------------------------------------------------------------------------
+    def _splitk_statics(self, problem: Problem, config: Config) -> _SplitPlan:
+        """The split-K kernels' grids, workspace and constexprs for this problem and config,
+        worked out once. The split actually run is the config's made exact for this K (no
+        empty slice): the same as the config's for the problems it was offered for."""
+        found = self._statics.get((problem, config.name))
+        if found is not None:
+            return found
+        if not splitk_eligible(problem):
+            raise InvalidArgument(f"triton: config is {config.name!r}: split-K runs matrix "
+                                  f"products of float16, bfloat16 or float32 operands "
+                                  f"accumulated in float32, not {problem.describe()}")
+        m, n, batch = problem.m, problem.n, problem.batch
+        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        steps = triton.cdiv(problem.k, bk)
+        splits = _exact_split(steps, config.get("SPLIT_K"))
+        rbm = min(16, triton.next_power_of_2(m))
+        rbn = min(REDUCE_ELEMENTS // rbm, triton.next_power_of_2(n))
+        plan = _SplitPlan(
+            grid=(_tile_count(problem, bm, bn) // batch, splits, batch),
+            reduce_grid=(triton.cdiv(m, rbm) * triton.cdiv(n, rbn), batch, 1),
+            workspace=(batch, splits, m, n), k_slice=triton.cdiv(steps, splits) * bk,
+            splits=splits,
+            constexprs=dict(_tile_constexprs(problem, config), GROUP_M=SPLITK_GROUP_M),
+            reduce_constexprs=dict(BLOCK_M=rbm, BLOCK_N=rbn, num_warps=REDUCE_WARPS))
+        return self._keep_statics(problem, config, plan)
+
+    def _splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
+        """(plan, the partial kernel's key and integer arguments, the reduction's key, its
+        arguments after the workspace, its constexprs builder). The workspace comes from
+        torch's caching allocator, whose blocks are 512-byte aligned: it takes no part in
+        the keys."""
+        plan = self._splitk_statics(problem, config)
+        a, b, c, d = ops.a, ops.b, ops.c, ops.d
+        ints = (problem.m, problem.n, problem.k, plan.k_slice, *_strides3(a), *_strides3(b))
+        c_arg = c if c is not None else d
+        c_strides = _strides3(c) if c is not None else (0, 0, 0)
+        rints = (problem.m, problem.n, plan.splits, *c_strides, *_strides3(d))
+        scale = ops.alpha != 1
+        partial_key = (problem, config.name, ints, aligned(a.data_ptr(), b.data_ptr()))
+        reduce_key = (problem, config.name, scale, c is not None, rints,
+                      aligned(c_arg.data_ptr(), d.data_ptr()))
+        return (plan, partial_key, ints, reduce_key,
+                (c_arg, d, *rints, ops.alpha, ops.beta),
+                lambda: dict(plan.reduce_constexprs, HAS_C=c is not None, SCALE=scale))
+
+    def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
+        if self._splitk_pair is None:
+            from . import triton_kernels as kernels
+
+            self._splitk_pair = (Launcher(kernels.matmul_splitk_kernel),
+                                 Launcher(kernels.splitk_reduce_kernel))
+        return self._splitk_pair
+
+    def _launch_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """Both split-K passes on a fresh float32 workspace, which the first fully writes."""
+        import torch
+
+        plan, partial_key, ints, reduce_key, rest, reduce_constexprs = self._splitk_launch(
+            problem, ops, config)
+        work = torch.empty(plan.workspace, dtype=torch.float32, device=ops.d.device)
+        partial, finish = self._splitk_launchers()
+        partial(partial_key, plan.grid, ops.stream, (ops.a, ops.b, work, *ints),
+                lambda: plan.constexprs)
+        finish(reduce_key, plan.reduce_grid, ops.stream, (work, *rest), reduce_constexprs)
+
+    def _bind_splitk(self, problem: Problem, config: Config, ops: Operands):
+        """Both split-K passes' kept kernels with the integers, alpha and beta of these
+        calls filled in, each call allocating its workspace (None if a kernel is not
+        kept)."""
+        import torch
+
+        plan, partial_key, ints, reduce_key, rest, _ = self._splitk_launch(problem, ops, config)
+        partial, finish = self._splitk_launchers()
+        kept_partial, kept_finish = partial.kept(partial_key), finish.kept(reduce_key)
+        if kept_partial is None or kept_finish is None:
+            return None
+        (first, first_tail), (second, second_tail) = kept_partial, kept_finish
+        shape, device, f32 = plan.workspace, ops.d.device, torch.float32
+        middle = rest[2:]  # the reduction's integers, alpha and beta
+
+        def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+            work = torch.empty(shape, dtype=f32, device=device)
+            first(a, b, work, *ints, *first_tail, stream=stream)
+            second(work, d if c is None else c, d, *middle, *second_tail, stream=stream)
+        return launch
+
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
         if staging.is_staged(config):
             staging.run(problem, ops, config, self._launch)
+        elif config.get("kind") == "splitk":
+            self._launch_splitk(problem, ops, config)
         elif config.get("kind") != "tma":
             self._launch_matmul(problem, ops, config)
         elif _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
@@ -281,7 +507,7 @@ class TritonBackend(Backend):
         candidates, and the largest pointer tile that still gives every multiprocessor a
         tile (small problems)."""
         tiles = self.configs(problem)[1:]
-        pointer = [c for c in tiles if c.get("kind") != "tma"]
+        pointer = [c for c in tiles if c.get("kind") not in ("tma", "splitk")]
 
         def count(c: Config) -> int:
             return (triton.cdiv(problem.m, c.get("BLOCK_M"))
@@ -392,14 +618,17 @@ class TritonBackend(Backend):
         self._launch(problem, operands, config)
 
     def bind(self, problem: Problem, config: Config, operands: Operands):
-        """The pointer kernel's kept launcher with the integer arguments, alpha and beta of
-        these calls filled in (None for dot, TMA tiles and anything Triton did not keep)."""
+        """The pointer kernel's (or both split-K kernels') kept launcher with the integer
+        arguments, alpha and beta of these calls filled in (None for dot, TMA tiles and
+        anything Triton did not keep)."""
         if problem.op != "matmul":
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
         if config.get("kind") == "tma" or staging.is_staged(config):
             return None
+        if config.get("kind") == "splitk":
+            return self._bind_splitk(problem, config, operands)
         key, _, args, _ = self._matmul_launch(problem, operands, config)
         kept = self._launcher().kept(key)
         if kept is None:

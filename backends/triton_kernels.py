@@ -11,11 +11,93 @@ column-major A and B run without copies. Rows and columns past M and N are read 
 unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly.
 The accumulator is float32, float16, float64 or int32 (ACC); D is written
 masked, once.
+
+Split-K GEMM, for products with too few output tiles to fill the GPU (see
+:func:`matmul_splitk_kernel`): each program reduces one contiguous slice of K for one tile
+into a float32 workspace, and a second kernel sums the slices in a fixed order (no atomics:
+a fixed config gives bit-identical results run to run) and applies the epilogue.
 """
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+
+@triton.jit
+def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row, column) of output tile ``pid`` in grouped order: GROUP_M tile-rows at a time, so
+    tiles that run together share the rows of A and the columns of B they read."""
+    grid_m = tl.cdiv(M, BLOCK_M)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * grid_n
+    group = pid // per_group
+    first_m = group * GROUP_M
+    group_size = min(grid_m - first_m, GROUP_M)
+    return first_m + ((pid % per_group) % group_size), (pid % per_group) // group_size
+
+
+@triton.jit
+def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
+                   stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+                   BLOCK_K: tl.constexpr):
+    """Pointers to the first BLOCK_K-wide step of A's rows ``offs_m`` and B's columns
+    ``offs_n`` (read wrapped past M and N, so always in bounds)."""
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
+              + offs_k[None, :] * stride_ak)
+    b_ptrs = (b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk
+              + cols[None, :] * stride_bn)
+    return a_ptrs, b_ptrs
+
+
+@triton.jit
+def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+              ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
+              UPCAST: tl.constexpr):
+    """The BLOCK_M x BLOCK_N product over ``steps`` BLOCK_K-wide steps of K from the
+    pointers given, accumulated in ACC; elements ``k_left`` or more along K from the first
+    read as zeros unless EVEN_K."""
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for kt in range(0, steps):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_rest = k_left - kt * BLOCK_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_rest, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_rest, other=0.0)
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
+              stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn, alpha, beta,
+              ACC: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr):
+    """D = alpha * acc + beta * C on rows ``offs_m`` and columns ``offs_n``, cast to D's
+    dtype and stored masked to M x N."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    out_m = offs_m.to(tl.int64)
+    out_n = offs_n.to(tl.int64)
+    if SCALE:
+        acc = acc * alpha
+    if HAS_C:
+        c_ptrs = (c_ptr + batch * stride_cb + out_m[:, None] * stride_cm
+                  + out_n[None, :] * stride_cn)
+        c = tl.load(c_ptrs, mask=mask, other=0)
+        acc = acc + beta * c.to(ACC)
+    d_ptrs = (d_ptr + batch * stride_db + out_m[:, None] * stride_dm
+              + out_n[None, :] * stride_dn)
+    tl.store(d_ptrs, acc.to(d_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -33,54 +115,82 @@ def matmul_kernel(
 ):
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
-    grid_m = tl.cdiv(M, BLOCK_M)
-    grid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * grid_n
-    group = pid // per_group
-    first_m = group * GROUP_M
-    group_size = min(grid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % per_group) % group_size)
-    pid_n = (pid % per_group) // group_size
-
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = (offs_m % M).to(tl.int64)
-    cols = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
-              + offs_k[None, :] * stride_ak)
-    b_ptrs = (b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk
-              + cols[None, :] * stride_bn)
+    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
+                                    stride_ab, stride_am, stride_ak,
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+    acc = _tile_dot(a_ptrs, b_ptrs, K, tl.cdiv(K, BLOCK_K), stride_ak, stride_bk,
+                    BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION, EVEN_K, UPCAST)
+    _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
+              stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn, alpha, beta,
+              ACC, HAS_C, SCALE)
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for kt in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - kt * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
 
+@triton.jit
+def matmul_splitk_kernel(
+    a_ptr, b_ptr, w_ptr, M, N, K, K_SLICE,
+    stride_ab, stride_am, stride_ak,
+    stride_bb, stride_bk, stride_bn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """The first pass of a split-K GEMM. Grid: (output tiles, slices of K, batch). Program
+    (tile, s, b) multiplies A and B over K in [s * K_SLICE, (s + 1) * K_SLICE) (K_SLICE is a
+    multiple of BLOCK_K; the last slice ends at K, ragged where K is) and writes its float32
+    partial tile to the workspace ``w`` [batch, slices, M, N], masked to M x N: every
+    element of the workspace is written, none is read here. :func:`splitk_reduce_kernel`
+    adds the slices up. Loads, wrapping and masking are the pointer kernel's."""
+    pid = tl.program_id(0)
+    part = tl.program_id(1)
+    batch = tl.program_id(2).to(tl.int64)
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
+                                    stride_ab, stride_am, stride_ak,
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+    k_start = part * K_SLICE
+    a_ptrs += k_start.to(tl.int64) * stride_ak
+    b_ptrs += k_start.to(tl.int64) * stride_bk
+    k_left = K - k_start
+    acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
+                    stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
+                    EVEN_K, UPCAST)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    out_m = offs_m.to(tl.int64)
-    out_n = offs_n.to(tl.int64)
-    if SCALE:
-        acc = acc * alpha
-    if HAS_C:
-        c_ptrs = (c_ptr + batch * stride_cb + out_m[:, None] * stride_cm
-                  + out_n[None, :] * stride_cn)
-        c = tl.load(c_ptrs, mask=mask, other=0)
-        acc = acc + beta * c.to(ACC)
-    d_ptrs = (d_ptr + batch * stride_db + out_m[:, None] * stride_dm
-              + out_n[None, :] * stride_dn)
-    tl.store(d_ptrs, acc.to(d_ptr.dtype.element_ty), mask=mask)
+    plane = (batch * tl.num_programs(1) + part) * M
+    w_ptrs = w_ptr + (plane + offs_m[:, None]) * N + offs_n[None, :]
+    tl.store(w_ptrs, acc.to(w_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def splitk_reduce_kernel(
+    w_ptr, c_ptr, d_ptr, M, N, SPLITS,
+    stride_cb, stride_cm, stride_cn,
+    stride_db, stride_dm, stride_dn,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
+):
+    """The second pass of a split-K GEMM. Grid: (BLOCK_M x BLOCK_N blocks of D, batch). Adds
+    the SPLITS float32 partials of each element in slice order (the same order on every
+    run) and applies the pointer kernel's epilogue."""
+    pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    grid_n = tl.cdiv(N, BLOCK_N)
+    offs_m = (pid // grid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = (pid % grid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rows = offs_m.to(tl.int64)[:, None]
+    cols = offs_n.to(tl.int64)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for part in range(0, SPLITS):
+        plane = (batch * SPLITS + part) * M
+        acc += tl.load(w_ptr + (plane + rows) * N + cols, mask=mask, other=0.0)
+    _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
+              stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn, alpha, beta,
+              tl.float32, HAS_C, SCALE)
 
 
 @triton.jit
@@ -130,14 +240,9 @@ def matmul_tma_persistent_kernel(
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
     k_tiles = tl.cdiv(K, BLOCK_K)
-    per_group = GROUP_M * grid_n
     for tile in tl.range(pid, grid_m * grid_n, NUM_PROGRAMS, flatten=True,
                          warp_specialize=WARP_SPECIALIZE):
-        group = tile // per_group
-        first_m = group * GROUP_M
-        group_size = min(grid_m - first_m, GROUP_M)
-        pid_m = first_m + ((tile % per_group) % group_size)
-        pid_n = (tile % per_group) // group_size
+        pid_m, pid_n = _tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)

@@ -1,0 +1,352 @@
+"""CPU tier for the Triton backend's split-K kernels: exact results in Triton's interpreter
+on small-integer operands against float64 (ragged M, N and K, every layout, alpha, beta and
+C, a float32 D, batched and broadcast operands, bf16, a staged misaligned product, a
+workspace full of NaN), the same bits run after run, where the configs are offered and which
+split they choose, the bound launch, and the first pass compiled ahead of time for sm_90
+with its tensor-core instruction found in the PTX.
+
+Run as a script (``python tests/test_triton_splitk.py {few|skinny} {float16|bfloat16}``), it
+compiles the split-K kernel for sm_90 with no GPU and prints what its PTX holds as JSON: the
+tests run it in a child process, without the interpreter switch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend.crosscheck import poison
+from multibackend.problem import synthetic
+from multibackend.request import matmul_call
+
+interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
+                                      reason="interpreter tests run where there is no GPU")
+
+#: the interpreter's split-K config: 16x32x32 tiles, K cut into at most 3 slices
+CONFIG = "splitk_16x32x32_s3_w4_st1"
+SHAPES = [(m, n, k) for m in (1, 3, 17) for n in (5, 33, 64) for k in (31, 96, 130)]
+LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+
+
+def _ints(shape, gen, dtype=torch.float16, layout: str = "row"):
+    """Small integers in [-4, 4] (exact in every float format, and so is every sum of their
+    products here), stored row- or column-major."""
+    stored = shape if layout == "row" else shape[:-2] + (shape[-1], shape[-2])
+    t = torch.randint(-4, 5, stored, generator=gen).to(dtype)
+    return t if layout == "row" else t.transpose(-1, -2)
+
+
+def _reference(a, b, c=None, alpha=1.0, beta=0.0):
+    d = alpha * (a.double() @ b.double())
+    return d + beta * c.double() if c is not None else d
+
+
+def _splitk(a, b, c=None, *, out_dtype=None, **kw):
+    """The product through the interpreter's split-K config, D poisoned beforehand."""
+    shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    out = torch.empty(shape, dtype=out_dtype or a.dtype)
+    poison(out)
+    d = mb.matmul(a, b, c, out=out, out_dtype=out_dtype, backend="triton", config=CONFIG, **kw)
+    assert d is out
+    return d
+
+
+def _assert_exact(d, ref):
+    """D equals the float64 result rounded once to D's dtype (the kernels sum exactly in
+    float32 and round once)."""
+    expected = ref.to(d.dtype)
+    assert torch.equal(d, expected), (d - expected).abs().max()
+
+
+@interpreter_only
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_splitk_exact_on_ragged_shapes(shape):
+    m, n, k = shape
+    gen = torch.Generator().manual_seed(m * 10007 + n * 101 + k)
+    a_layout, b_layout = LAYOUTS[SHAPES.index(shape) % len(LAYOUTS)]
+    a, b = _ints((m, k), gen, layout=a_layout), _ints((k, n), gen, layout=b_layout)
+    _assert_exact(_splitk(a, b), _reference(a, b))
+
+
+@interpreter_only
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda v: "-".join(v))
+def test_splitk_every_layout_with_alpha_beta_and_c(layouts):
+    gen = torch.Generator().manual_seed(len(layouts[0]) * 3 + len(layouts[1]))
+    a = _ints((17, 130), gen, layout=layouts[0])
+    b = _ints((130, 33), gen, layout=layouts[1])
+    c = _ints((17, 33), gen)
+    _assert_exact(_splitk(a, b, c, alpha=-1.5, beta=0.25), _reference(a, b, c, -1.5, 0.25))
+    _assert_exact(_splitk(a, b, alpha=2.0), _reference(a, b, alpha=2.0))
+
+
+@interpreter_only
+def test_splitk_float32_d_and_bfloat16():
+    gen = torch.Generator().manual_seed(21)
+    a, b = _ints((3, 96), gen), _ints((96, 64), gen, layout="col")
+    d = _splitk(a, b, out_dtype=torch.float32)
+    assert d.dtype == torch.float32
+    _assert_exact(d, _reference(a, b))
+    a, b, c = (_ints((17, 130), gen, torch.bfloat16), _ints((130, 33), gen, torch.bfloat16),
+               _ints((17, 33), gen, torch.bfloat16))
+    _assert_exact(_splitk(a, b, c, alpha=0.5, beta=-2.0), _reference(a, b, c, 0.5, -2.0))
+
+
+@interpreter_only
+def test_splitk_float32_operands():
+    gen = torch.Generator().manual_seed(22)
+    a, b = _ints((17, 130), gen, torch.float32), _ints((130, 5), gen, torch.float32, "col")
+    _assert_exact(_splitk(a, b, precision="ieee"), _reference(a, b))
+
+
+@interpreter_only
+def test_splitk_batched_with_a_broadcast_b():
+    gen = torch.Generator().manual_seed(23)
+    a = _ints((3, 17, 130), gen)
+    b = _ints((130, 33), gen, layout="col")
+    c = _ints((3, 17, 33), gen)
+    _assert_exact(_splitk(a, b, c, alpha=-1.0, beta=1.0), _reference(a, b, c, -1.0, 1.0))
+    b3 = _ints((3, 130, 33), gen)
+    _assert_exact(_splitk(a, b3), _reference(a, b3))
+
+
+@interpreter_only
+def test_splitk_staged_misaligned_product():
+    """A misaligned product's staged split-K config: the copies, then both passes."""
+    gen = torch.Generator().manual_seed(24)
+    a = _ints((17, 131 + 3), gen)[:, 3:]  # rows off the 16-byte grid
+    b = _ints((131, 33), gen)
+    assert matmul_call(a, b).problem.misaligned
+    d = mb.matmul(a, b, backend="triton", config="staged:" + CONFIG)
+    _assert_exact(d, _reference(a, b))
+
+
+@interpreter_only
+def test_splitk_never_reads_what_it_did_not_write(monkeypatch):
+    """The first pass writes every element of the workspace: one handed over full of NaN
+    still gives the exact result."""
+    empty = torch.empty
+
+    def poisoned_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        if t.dtype == torch.float32 and t.dim() == 4:
+            t.fill_(float("nan"))
+        return t
+
+    monkeypatch.setattr(torch, "empty", poisoned_empty)
+    gen = torch.Generator().manual_seed(25)
+    a, b = _ints((2, 17, 130), gen), _ints((2, 130, 33), gen)
+    _assert_exact(_splitk(a, b), _reference(a, b))
+
+
+@interpreter_only
+def test_splitk_is_deterministic():
+    """No atomics: the slices are added in one order, so a fixed config gives the same bits
+    on every run (on operands whose sums do round)."""
+    gen = torch.Generator().manual_seed(26)
+    a = (torch.rand((17, 130), generator=gen) * 2 - 1).half()
+    b = (torch.rand((130, 64), generator=gen) * 2 - 1).half()
+    first, second = _splitk(a, b, out_dtype=torch.float32), _splitk(a, b, out_dtype=torch.float32)
+    assert torch.equal(first, second)
+
+
+@interpreter_only
+def test_splitk_refuses_a_product_it_cannot_accumulate():
+    """A split-K Config handed in directly for int8 operands: an error naming the config
+    and the rule, nothing launched."""
+    from multibackend.backends.base import Config
+    from multibackend.errors import InvalidArgument
+
+    config = Config.of(CONFIG, kind="splitk", BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=3,
+                       num_warps=4, num_stages=1)
+    a, b = torch.ones((3, 40), dtype=torch.int8), torch.ones((40, 5), dtype=torch.int8)
+    with pytest.raises(InvalidArgument, match=f"config is '{CONFIG}': split-K runs"):
+        mb.matmul(a, b, backend="triton", config=config)
+
+
+def _gpu_configs(monkeypatch, problem):
+    from multibackend.registry import REGISTRY
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the configs of the GPU
+    backend = REGISTRY.get("triton")
+    return backend, [c for c in backend.configs(problem) if c.get("kind") == "splitk"]
+
+
+def test_splitk_offered_for_skinny_and_few_tile_products_only(monkeypatch):
+    skinny, few, large = (synthetic(8, 4096, 4096), synthetic(1024, 1024, 1024),
+                          synthetic(8192, 8192, 8192))
+    _, offered = _gpu_configs(monkeypatch, skinny)
+    assert offered
+    for config in offered:
+        assert re.fullmatch(r"splitk_\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name), config.name
+        assert config.get("BLOCK_M") == 16 and config.get("SPLIT_K") > 1
+    assert _gpu_configs(monkeypatch, few)[1]
+    assert not _gpu_configs(monkeypatch, large)[1]
+
+
+@pytest.mark.parametrize("problem", [
+    synthetic(8, 4096, 4096, "int8"), synthetic(8, 4096, 4096, "float64"),
+    synthetic(8, 4096, 4096, "float8_e4m3fn", out_dtype="float16"),
+    synthetic(8, 4096, 4096, acc="float16")], ids=["int8", "float64", "fp8", "f16acc"])
+def test_splitk_not_offered_without_float32_accumulation(monkeypatch, problem):
+    assert not _gpu_configs(monkeypatch, problem)[1]
+
+
+def test_splitk_skinny_n_gets_tall_narrow_tiles(monkeypatch):
+    _, offered = _gpu_configs(monkeypatch, synthetic(4096, 8, 4096, b_layout="col"))
+    assert offered and all(c.get("BLOCK_N") == 16 for c in offered)
+
+
+def test_splitk_fills_the_multiprocessors_for_a_decode_product(monkeypatch):
+    """M = 1, N = K = 4096: every offered split gives at least one program per SM, each
+    slice at least SPLITK_MIN_STEPS BLOCK_K steps long, and no slice empty."""
+    import triton
+
+    from multibackend.backends.triton import SPLITK_MIN_STEPS
+
+    _, offered = _gpu_configs(monkeypatch, synthetic(1, 4096, 4096))
+    assert offered
+    for config in offered:
+        tiles = triton.cdiv(4096, config.get("BLOCK_N"))
+        split, steps = config.get("SPLIT_K"), triton.cdiv(4096, config.get("BLOCK_K"))
+        assert tiles * split >= 132, config.name
+        per = triton.cdiv(steps, split)
+        assert per >= SPLITK_MIN_STEPS and triton.cdiv(steps, per) == split, config.name
+
+
+def test_split_k_choice():
+    from multibackend.backends.triton import split_k
+
+    assert split_k(128, 32) == 2  # 2048^3 in 128x256 tiles: two waves of 16-step slices
+    assert split_k(32, 16) == 4  # 1024^3 in 128x256 tiles: K allows 4 slices of 4 steps
+    assert split_k(64, 32) == 4  # 256 programs: two full waves
+    assert split_k(512, 64) == 1  # enough tiles already
+    assert split_k(16, 2) == 1  # K too short to cut
+    assert split_k(32, 32, sms=64) == 2  # the count of multiprocessors given
+
+
+class _RecordingLauncher:
+    """Stands in for a split-K kernel's Launcher: records launches, keeps a fake kernel."""
+
+    def __init__(self, launches: list, name: str):
+        self.launches, self.name, self.keys = launches, name, []
+
+    def __call__(self, key, grid, stream, args, constexprs):
+        self.keys.append(key)
+        self.launches.append((self.name, args, stream))
+
+    def kept(self, key):
+        if key not in self.keys:
+            return None
+        return (lambda *args, stream: self.launches.append((self.name, args[:-1], stream)),
+                ("TAIL",))
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_bound_splitk_launch_passes_what_run_passes(monkeypatch, with_c):
+    from multibackend.backends.triton import TritonBackend
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    backend = TritonBackend()
+    launches: list = []
+    backend._splitk_pair = (_RecordingLauncher(launches, "partial"),
+                            _RecordingLauncher(launches, "reduce"))
+    gen = torch.Generator().manual_seed(27)
+    a, b = _ints((9, 130), gen), _ints((33, 130), gen).T
+    c = _ints((9, 33), gen) if with_c else None
+    d = torch.empty((9, 33), dtype=torch.float16)
+    call = matmul_call(a, b, c, alpha=2.0, beta=0.5 if with_c else None, out=d)
+    config = next(cfg for cfg in backend.configs(call.problem) if cfg.name == CONFIG)
+    assert backend.bind(call.problem, config, call.operands) is None  # nothing kept yet
+    backend.run(call.problem, call.operands, config)
+    launch = backend.bind(call.problem, config, call.operands)
+    ops = call.operands
+    launch(ops.a, ops.b, ops.c, ops.d, 77)
+    ran, bound = launches[:2], launches[2:]
+    assert [entry[0] for entry in ran] == [entry[0] for entry in bound] == ["partial", "reduce"]
+    for (_, run_args, run_stream), (_, bound_args, bound_stream) in zip(ran, bound):
+        assert run_stream == ops.stream and bound_stream == 77
+        assert len(run_args) == len(bound_args)
+        work = [i for i, x in enumerate(run_args) if getattr(x, "dim", lambda: 0)() == 4]
+        assert len(work) == 1  # the workspace: fresh on every call, the same shape
+        assert bound_args[work[0]].shape == run_args[work[0]].shape
+        assert bound_args[work[0]].dtype == torch.float32
+        rest = [i for i in range(len(run_args)) if i != work[0]]
+        assert all(run_args[i] is bound_args[i] if torch.is_tensor(run_args[i])
+                   else run_args[i] == bound_args[i] for i in rest)
+    reduce_args = ran[1][1]
+    assert reduce_args[-2:] == (2.0, 0.5 if with_c else 0)
+    assert reduce_args[1] is (ops.c if with_c else ops.d) and reduce_args[2] is ops.d
+
+
+def _aot(kind: str, dtype: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(Path(__file__)), kind, dtype], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_splitk_few_tile_kernel_compiles_to_wgmma_for_sm90(dtype):
+    info = _aot("few", dtype)
+    assert info["target"] and info["wgmma"] > 0 and info["mma_sync"] == 0, info
+    assert info["async_copies"] > 0 and info["shared"] <= 232448, info
+
+
+def test_splitk_skinny_kernel_uses_tensor_cores_for_sm90():
+    """A 16-row tile is below wgmma's 64 rows: Triton issues mma.sync."""
+    info = _aot("skinny", "float16")
+    assert info["wgmma"] + info["mma_sync"] > 0 and info["async_copies"] > 0, info
+
+
+#: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the tiles compiled ahead of time
+AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4)}
+
+
+def _compile_splitk(kind: str, dtype: str):
+    """The first split-K pass for sm_90, specialized as a launch on 16-byte aligned,
+    row-major operands would be."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton_aot import TYPES, _signature
+
+    from multibackend.backends import triton_kernels as kernels
+
+    bm, bn, bk, warps, stages = AOT_TILES[kind]
+    t = f"*{TYPES[dtype]}"
+    args = [("a_ptr", t), ("b_ptr", t), ("w_ptr", "*fp32"), ("M", "i32"), ("N", "i32"),
+            ("K", "i32"), ("K_SLICE", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"),
+            ("stride_bb", "i32"), ("stride_bk", "i32")]
+    consts = dict(stride_ak=1, stride_bn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                  ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False)
+    params = list(kernels.matmul_splitk_kernel.arg_names)
+    aligned = {(params.index(name),): [["tt.divisibility", 16]] for name, _ in args}
+    src = triton.compiler.ASTSource(fn=kernels.matmul_splitk_kernel,
+                                    signature=_signature(args, consts), constexprs=consts,
+                                    attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "num_stages": stages})
+
+
+def main() -> None:
+    compiled = _compile_splitk(sys.argv[1], sys.argv[2])
+    ptx = compiled.asm["ptx"]
+    print(json.dumps({
+        "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
+        "wgmma": ptx.count("wgmma.mma_async"),
+        "mma_sync": ptx.count("mma.sync"),
+        "async_copies": ptx.count("cp.async.cg.shared.global"),
+        "shared": compiled.metadata.shared,
+    }))
+
+
+if __name__ == "__main__":
+    main()
