@@ -73,6 +73,8 @@ SPLITK_FEW = ((128, 128, 64, 8), (128, 256, 64, 8), (64, 128, 64, 4))
 SPLITK_SMEM = 160 * 1024
 SPLITK_MAX_STAGES = 4
 SPLITK_GROUP_M = 8
+#: split-K candidates that first-call autotuning times (the first ones offered)
+SPLITK_SHORTLIST = 2
 #: the interpreter's split-K config: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, warps, stages)
 INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
 #: the split-K reduction: elements of D per program, and its warps
@@ -503,15 +505,17 @@ class TritonBackend(Backend):
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
         """The first two TMA candidates (three staged ones for a misaligned product) where
-        there are more tiles than the ``sms`` multiprocessors, the first two pointer
-        candidates, and the largest pointer tile that still gives every multiprocessor a
-        tile (small problems)."""
+        there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
+        split-K candidates on the caller's operands (skinny and few-tile products), the
+        first two pointer candidates, and the largest pointer tile that still gives every
+        multiprocessor a tile (small problems)."""
         tiles = self.configs(problem)[1:]
         pointer = [c for c in tiles if c.get("kind") not in ("tma", "splitk")]
+        split = [c for c in tiles
+                 if c.get("kind") == "splitk" and not staging.is_staged(c)][:SPLITK_SHORTLIST]
 
         def count(c: Config) -> int:
-            return (triton.cdiv(problem.m, c.get("BLOCK_M"))
-                    * triton.cdiv(problem.n, c.get("BLOCK_N")) * problem.batch)
+            return _tile_count(problem, c.get("BLOCK_M"), c.get("BLOCK_N"))
 
         # a persistent kernel pays off only with more tiles than multiprocessors; a
         # misaligned product also tries the narrower staged tile (its last wave is
@@ -522,7 +526,7 @@ class TritonBackend(Backend):
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
                 else min(pointer, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")))
-        picked = tma + pointer[:2]
+        picked = tma + split + pointer[:2]
         return picked + ([fill] if fill not in picked else [])
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:

@@ -181,13 +181,17 @@ def _gpu_configs(monkeypatch, problem):
 def test_splitk_offered_for_skinny_and_few_tile_products_only(monkeypatch):
     skinny, few, large = (synthetic(8, 4096, 4096), synthetic(1024, 1024, 1024),
                           synthetic(8192, 8192, 8192))
-    _, offered = _gpu_configs(monkeypatch, skinny)
+    backend, offered = _gpu_configs(monkeypatch, skinny)
     assert offered
     for config in offered:
         assert re.fullmatch(r"splitk_\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name), config.name
         assert config.get("BLOCK_M") == 16 and config.get("SPLIT_K") > 1
+    shortlist = backend._shortlist(skinny, 132)
+    assert [c for c in shortlist if c.get("kind") == "splitk"] == offered[:2]
     assert _gpu_configs(monkeypatch, few)[1]
+    assert [c for c in backend._shortlist(few, 132) if c.get("kind") == "splitk"]
     assert not _gpu_configs(monkeypatch, large)[1]
+    assert not [c for c in backend._shortlist(large, 132) if c.get("kind") == "splitk"]
 
 
 @pytest.mark.parametrize("problem", [
