@@ -141,7 +141,7 @@ class CublasBackend(Backend):
 
         if a.dim() == b.dim() == d.dim() == 2 and (c is None or c.dim() == 2):
             if c is not None:  # a bias broadcast over the rows goes as the vector it is
-                torch.addmm(c[0] if _row_broadcast(c.stride()) else c, a, b, beta=beta,
+                torch.addmm(c[0] if row_broadcast(c.stride()) else c, a, b, beta=beta,
                             alpha=alpha, out=d)
             elif alpha != 1:  # beta = 0: torch ignores the input, NaN in D included
                 torch.addmm(d, a, b, beta=0, alpha=alpha, out=d)
@@ -215,13 +215,13 @@ class CublasBackend(Backend):
         if plain:
             return torch.mm if matrices else torch.matmul
         if problem.has_c and matrices:
-            if _row_broadcast(problem.c.strides):  # a bias: torch's fused-bias epilogue
+            if row_broadcast(problem.c.strides):  # a bias: torch's fused-bias epilogue
                 return lambda a, b, c: torch.addmm(c[0], a, b, beta=beta, alpha=alpha)
             return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)
         return None
 
 
-def _row_broadcast(strides: tuple) -> bool:
+def row_broadcast(strides: tuple) -> bool:
     """Whether a C matrix of these strides is one row broadcast over all rows (row stride
     0, unit column stride): torch's addmm fuses it as a bias only when given as a vector."""
     return strides[0] == 0 and strides[1] == 1

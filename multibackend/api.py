@@ -110,7 +110,8 @@ def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     is being captured raises :class:`~multibackend.errors.CaptureError`.
 
     Under torch.compile, and where autograd must record a call that torch's own op would not
-    run, the call goes through the registered operator :mod:`multibackend.torch_op`.
+    run, the call goes through the registered operator :mod:`multibackend.torch_op` (under
+    torch.compile, a call dispatch gives to cuBLAS is traced as torch's own op).
     """
     if A.__class__ is _TENSOR and not _compiling():
         # a repeated plain call on torch tensors: its family plan, looked up at once
@@ -130,13 +131,17 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
             backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
-    if _compiling():  # torch.compile traces the registered operator
-        return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
-                         acc_dtype=acc_dtype, precision=precision, saturate=saturate,
-                         dtype=dtype, backend=backend, config=config, autotune=autotune)
-    if (out is None and beta is None and alpha.__class__ is float and alpha == 1
-            and out_dtype is None and acc_dtype is None and precision is None
-            and saturate is False and dtype is None and config is None and autotune is None):
+    plain = (out is None and beta is None and alpha.__class__ is float and alpha == 1
+             and out_dtype is None and acc_dtype is None and precision is None
+             and saturate is False and dtype is None and config is None and autotune is None)
+    if _compiling():  # torch.compile traces torch's own op or the registered operator
+        from . import torch_op
+
+        return torch_op.compiled(A, B, C, plain, alpha=alpha, beta=beta, out=out,
+                                 out_dtype=out_dtype, acc_dtype=acc_dtype,
+                                 precision=precision, saturate=saturate, dtype=dtype,
+                                 backend=backend, config=config, autotune=autotune)
+    if plain:
         options: tuple = (plans.PLAIN, backend)  # the plain call, keyed by less
     else:
         options = ("matmul", alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype,

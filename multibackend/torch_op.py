@@ -4,7 +4,10 @@ Why it exists: :func:`multibackend.matmul` validates, dispatches and launches in
 pointers and strides, which neither torch.compile nor autograd can see through. This module
 registers the same call as a torch custom operator (:func:`torch.library.custom_op`) so that
 
-- torch.compile (``fullgraph=True``) traces it as one node: its fake implementation gives the
+- torch.compile (``fullgraph=True``) traces a call as torch's own op where dispatch runs it
+  on cuBLAS through one op (asked once per call site at trace time, see :func:`compiled`),
+  so the compiler fuses and plans around it as around the caller's own ``torch.matmul``;
+  any other call it traces as one node of the operator: its fake implementation gives the
   result's shape, dtype and strides from the operands' metadata alone; the dispatch choice is
   made by the real implementation at its first run, outside the traced region, and later runs
   replay the remembered plan (so a compiled model can be captured in a CUDA graph once it has
@@ -33,10 +36,14 @@ from typing import Any, Optional
 import torch
 
 from multibackend.backends.base import Config
+from multibackend.backends.cublas import row_broadcast
 
 from . import api, dtypes
 from .autotune import mode_of
-from .errors import InvalidArgument, InvalidType
+from .dispatch import BASELINE, decide
+from .errors import InvalidArgument, InvalidType, MultibackendError
+from .registry import REGISTRY
+from .request import matmul_call
 
 #: the input dtypes gradients are computed for
 DIFFERENTIABLE = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -211,3 +218,37 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None, *,
               None if acc_dtype is None else dtypes.canonical(acc_dtype,
                                                               what="matmul: acc_dtype"),
               precision, bool(saturate), dtype, backend or "auto", config, mode)
+
+
+def compiled(A: Any, B: Any, C: Any, plain: bool, **options: Any) -> Any:
+    """What torch.compile traces for a :func:`multibackend.matmul` call: where dispatch runs
+    a ``plain`` call (A, B, C and ``backend`` only) on cuBLAS through one torch op, that op
+    itself, so the compiler plans, fuses and captures around it as it would around the
+    caller's own ``torch.matmul``; else the registered operator."""
+    if plain and _cublas_chosen(A, B, C, options["backend"]):
+        if C is None:
+            return torch.matmul(A, B)
+        return torch.addmm(C[0] if row_broadcast(C.stride()) else C, A, B)
+    return matmul(A, B, C, **options)
+
+
+@torch._dynamo.assume_constant_result
+def _cublas_chosen(A: Any, B: Any, C: Any, backend: str | None) -> bool:
+    """Whether dispatch runs ``matmul(A, B, C, backend=backend)`` on cuBLAS through one torch
+    op (what :meth:`~multibackend.backends.cublas.CublasBackend.produce` makes). torch.compile
+    calls it once per compilation, with the real tensors, and keeps the answer as a constant
+    of the compiled graph: a graph compiled for dynamic shapes keeps the choice made for the
+    first shape, which is correct for every shape, cuBLAS running any of them."""
+    if not (isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor)) or (
+            C is not None and (not isinstance(C, torch.Tensor) or C.dim() != 2)):
+        return False
+    try:
+        call = matmul_call(A, B, C)
+        decision = decide(call.problem, backend)
+    except MultibackendError:
+        return False
+    if decision.backend != BASELINE:
+        return False
+    return REGISTRY.get(BASELINE).produce(call.problem, decision.config, 1.0,
+                                          call.operands.beta, "torch",
+                                          call.squeeze) is not None

@@ -119,6 +119,43 @@ def test_compile_fullgraph_traces_the_operator():
     assert (explained.graph_count, explained.graph_break_count) == (1, 0)
 
 
+def _linear_model(x, w, bias, w2):
+    h = torch.relu(mb.matmul(x, w.mT, bias.expand(x.shape[0], w.shape[0])))
+    return mb.matmul(h, w2.mT, backend="cublas") + mb.matmul(h, w2.mT, alpha=0.5)
+
+
+def test_compile_traces_torchs_own_op_where_cublas_is_chosen(monkeypatch):
+    """Where dispatch picks cuBLAS for a plain call, torch.compile sees torch's own op (a
+    bias broadcast over the rows as addmm's vector), asked once per call site at trace
+    time; other calls still trace the operator."""
+    asked = []
+
+    @torch._dynamo.assume_constant_result
+    def chosen(A, B, C, backend):
+        asked.append((tuple(A.shape), tuple(B.shape), None if C is None else C.stride(),
+                      backend))
+        return True
+
+    monkeypatch.setattr(torch_op, "_cublas_chosen", chosen)
+    x, w, bias, w2 = rand((6, 9), seed=1), rand((5, 9), seed=2), rand((5,), seed=3), \
+        rand((4, 5), seed=4)
+    result, targets = _graph_targets(_linear_model, x, w, bias, w2)
+    assert targets.count(torch.ops.aten.addmm.default) + targets.count(torch.addmm) == 1
+    assert targets.count(torch_op.OP) == 1  # alpha=0.5: not a plain call
+    assert asked == [((6, 9), (9, 5), (0, 1), "auto"), ((6, 5), (5, 4), None, "cublas")]
+    h = torch.relu(x @ w.T + bias)
+    close(result, h @ w2.T + 0.5 * (h @ w2.T))
+
+
+def test_compile_asks_dispatch_with_the_real_tensors():
+    """On a machine without cuBLAS, the trace-time question answers no (the operator runs)
+    and never raises, whatever the arguments."""
+    a, b = rand((6, 9)), rand((9, 5))
+    assert torch_op._cublas_chosen(a, b, None, "auto") is False
+    assert torch_op._cublas_chosen(a, rand((8, 5)), None, "auto") is False  # refused
+    assert torch_op._cublas_chosen(a, b, rand((2, 6, 5)), "auto") is False
+
+
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compiled_batched_products_match_torch(backend):
     def fn(a, b):
