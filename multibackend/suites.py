@@ -18,6 +18,11 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
   multiple of 8: odd cubes, vocabulary projections), where cuBLAS leaves its fast kernels;
   ``misaligned_small``: such products under 512 on a side, or decode-sized, where staging
   cannot pay.
+- ``decode``: decode-sized products, M in {1, 2, 4, ..., 512} times eight LLM (N, K)
+  projections (Llama-3-8B's q/o, fused q/k/v, k/v, MLP up, fused gate/up and down, its
+  128256-word vocabulary head, and a 70B-sized fused q/k/v), where the work is reading B once.
+- ``few_tile``: products with fewer 128x256 output tiles than an H100 has multiprocessors
+  (cubes from 768 to 2048, small M*N with deep K), where a data-parallel grid idles.
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
@@ -98,6 +103,11 @@ def _validation() -> tuple[Shape, ...]:
     return tuple(shapes) + VALIDATION_CUBES + VALIDATION_BATCHED
 
 
+#: decode's (N, K) projections and token counts
+DECODE_PROJECTIONS = ((4096, 4096), (6144, 4096), (1024, 4096), (14336, 4096), (28672, 4096),
+                      (4096, 14336), (128256, 4096), (10240, 8192))
+DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
 SUITES: dict[str, tuple[Shape, ...]] = {
     "square": tuple(Shape(1, s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 16384)),
     "llm": _llm(),
@@ -107,6 +117,11 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     "batched": (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 2048, 2048, 2048),
                 Shape(128, 64, 64, 256)),
     "validation": _validation(),
+    "decode": tuple(Shape(1, m, n, k) for n, k in DECODE_PROJECTIONS for m in DECODE_TOKENS),
+    "few_tile": (Shape(1, 768, 768, 768), Shape(1, 1000, 1000, 1000),
+                 Shape(1, 1024, 1024, 1024), Shape(1, 1536, 1536, 1536),
+                 Shape(1, 2048, 2048, 2048), Shape(1, 512, 512, 16384),
+                 Shape(1, 256, 1024, 8192), Shape(1, 1024, 2048, 4096)),
     # 16-bit rows off the 16-byte grid (K or N not a multiple of 8): cuBLAS's slow path
     "misaligned": (Shape(1, 4095, 4095, 4095), Shape(1, 4097, 4095, 4096),
                    Shape(1, 3000, 4097, 4095), Shape(1, 8191, 8191, 8191),

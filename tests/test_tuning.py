@@ -122,7 +122,12 @@ def test_table_from_this_environment_is_used(tmp_path):
 
 def test_suites_are_named_and_llm_covers_the_projections():
     assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation",
-                           "misaligned", "misaligned_small", "calibration_misaligned"}
+                           "decode", "few_tile", "misaligned", "misaligned_small",
+                           "calibration_misaligned"}
+    decode = suite("decode")
+    assert {s.m for s in decode} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
+    assert len({(s.n, s.k) for s in decode}) >= 8 and Shape(1, 1, 128256, 4096) in decode
+    assert all(-(-s.m // 128) * -(-s.n // 256) < 132 for s in suite("few_tile"))
     assert all(synthetic(s.m, s.n, s.k).misaligned for name in
                ("misaligned", "misaligned_small", "calibration_misaligned") for s in suite(name))
     assert not set(suite("calibration_misaligned")) & (

@@ -1,0 +1,163 @@
+"""Decode-sized and few-tile products against torch.matmul, in the same run.
+
+Run from the repository root on a machine with a GPU:
+
+    python3 benchmarks/gpu_skinny.py --out-dir benchmarks/results/<GPU> \\
+        [--suite decode --suite few_tile] [--dtype float16 --dtype bfloat16] \\
+        [--mode eager --mode graph]
+
+Problems: the ``decode`` suite (M from 1 to 512 times eight LLM projections, the
+128256-word vocabulary head among them) and the ``few_tile`` suite (fewer 128x256 output
+tiles than multiprocessors). Members, each checked against the float64 reference first and
+then timed with their runs alternated (:func:`multibackend.timing.time_interleaved`):
+``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
+shortlist, split-K candidates included), ``cutlass`` (its first stream-K or split-K config
+where it offers one, else its default; built beforehand in one parallel nvcc pass) and
+``auto`` (no table).
+
+Writes ``skinny_<mode>.json``: rows ``{dtype, m, n, k, batch, mode, backend, ms,
+torch_ms}`` (``backend`` "torch" for torch.matmul itself), and prints per member the
+geometric mean of torch_ms / ms, the worst ratio, how many fall below 0.95x, and the same
+for the best of Triton and CUTLASS per problem.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_validation import BASE, checked, member_lines  # noqa: E402
+
+MEMBERS = ("triton", "cutlass", "auto")
+#: the members whose best per problem the bars are about
+KERNELS = ("triton", "cutlass")
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--suite", action="append", dest="suites")
+    p.add_argument("--dtype", action="append", dest="dtypes")
+    p.add_argument("--mode", action="append", dest="modes")
+    p.add_argument("--member", action="append", dest="members")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--max-seconds", type=float, default=1.0, help="per problem and mode")
+    p.add_argument("--out-dir", default=".")
+    return p.parse_args()
+
+
+def _cutlass_config(problem):
+    """CUTLASS's first stream-K or split-K config for the problem, else its default (None
+    where it cannot run it)."""
+    from multibackend.registry import REGISTRY
+
+    backend = REGISTRY.get("cutlass")
+    if backend.available() is not None or backend.supports(problem) is not None:
+        return None
+    configs = backend.configs(problem)
+    return next((c for c in configs if "streamk" in c.name or "splitk" in c.name),
+                backend.default_config(problem))
+
+
+def _prebuild(jobs):
+    """Every CUTLASS kernel the members will run, in one parallel nvcc pass."""
+    from multibackend.backends.cutlass import prepare_many
+
+    try:
+        prepare_many(jobs)
+    except Exception as exc:  # reported; those members are then dropped as failing
+        print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
+
+
+def best_lines(rows: list[dict], mode: str) -> list[str]:
+    """The best of :data:`KERNELS` per problem, as :func:`member_lines` words a member."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if r["backend"] in KERNELS:
+            key = (r["dtype"], r["m"], r["n"], r["k"], r["batch"])
+            if key not in best or r["ms"] < best[key]["ms"]:
+                best[key] = dict(r, backend="best of " + "/".join(KERNELS))
+    return member_lines(list(best.values()), mode)[1:]
+
+
+def main() -> int:
+    args = parse()
+    import torch
+
+    import multibackend as mb
+    from multibackend import dtypes as mb_dtypes
+    from multibackend.request import matmul_call
+    from multibackend.suites import suite
+    from multibackend.timing import check_mode, time_interleaved
+
+    suites = args.suites or ["decode", "few_tile"]
+    dtypes_ = args.dtypes or ["float16", "bfloat16"]
+    modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]
+    members = args.members or list(MEMBERS)
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(f"skinny on {torch.cuda.get_device_name()}: {suites} x {dtypes_}, modes {modes}, "
+          f"members {[BASE] + members}", flush=True)
+    start = time.monotonic()
+    rows: dict[str, list[dict]] = {mode: [] for mode in modes}
+    notes: list[str] = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    shapes = [s for name in suites for s in suite(name)]
+    for dtype in dtypes_:
+        torch_dtype = mb_dtypes.torch_dtype(dtype)
+        cases = []
+        for shape in shapes:
+            a = (torch.rand((shape.m, shape.k), generator=gen, device="cuda") * 2 - 1
+                 ).to(torch_dtype)
+            b = (torch.rand((shape.k, shape.n), generator=gen, device="cuda") * 2 - 1
+                 ).to(torch_dtype)
+            problem = matmul_call(a, b, None).problem
+            cases.append((a, b, problem, _cutlass_config(problem) if "cutlass" in members
+                          else None))
+        _prebuild([(p, c) for _, _, p, c in cases if c is not None])
+        for a, b, problem, cutlass_config in cases:
+            calls = {BASE: lambda a=a, b=b: torch.matmul(a, b)}
+            for name in members:
+                if name == "auto":
+                    calls[name] = lambda a=a, b=b: mb.matmul(a, b)
+                elif name == "cutlass":
+                    if cutlass_config is not None:
+                        calls[name] = lambda a=a, b=b, c=cutlass_config: mb.matmul(
+                            a, b, backend="cutlass", config=c)
+                else:
+                    calls[name] = lambda a=a, b=b, name=name: mb.matmul(a, b, backend=name)
+            problem_notes: list[str] = []
+            kept = checked(calls, a, b, problem, problem_notes)
+            label = f"{problem.m}x{problem.n}x{problem.k}"
+            notes += [f"{dtype} {label}: {n}" for n in problem_notes]
+            for mode in modes:
+                timed = time_interleaved(kept, mode=mode, reps=args.reps,
+                                         max_seconds=args.max_seconds)
+                base = timed[BASE].median_ms
+                for name, t in timed.items():
+                    rows[mode].append({"dtype": dtype, "m": problem.m, "n": problem.n,
+                                       "k": problem.k, "batch": 1, "mode": mode,
+                                       "backend": name, "ms": t.median_ms, "torch_ms": base})
+                text = "  ".join(f"{n} {base / t.median_ms:.2f}x" for n, t in timed.items()
+                                 if n != BASE)
+                tflops = problem.flops / (base * 1e-3) / 1e12
+                print(f"[{time.monotonic() - start:5.0f}s] {mode:5s} {dtype:8s} {label:20s} "
+                      f"torch {base * 1e3:8.1f} us {tflops:6.1f} TF/s  {text}", flush=True)
+        del cases
+        torch.cuda.empty_cache()
+    for mode in modes:
+        (out_dir / f"skinny_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
+        for line in member_lines(rows[mode], mode, leave_out=(BASE,)) + best_lines(
+                rows[mode], mode):
+            print(line, flush=True)
+    for note in notes:
+        print("  note:", note, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
