@@ -7,10 +7,18 @@ capability table, turns kernels into Configs, and launches: per call it reads fo
 the scalars and the stream, and makes one ctypes call (everything else is computed once per
 (problem, config)). The stock ``cutlass_cppgen`` runtime is not used: it needs cuda-python's
 removed ``cuda.cuda`` modules, writes into the working directory and costs milliseconds a call.
+
+The stream-K kernels need a device workspace (the partial tiles of split output tiles and their
+barriers): it is sized when a (problem, config) is prepared and allocated at its first launch
+on each stream, never per call. Their reduction is deterministic: see
+:mod:`multibackend.cutlass_emit`.
 """
 from __future__ import annotations
 
 import ctypes
+import functools
+from typing import Any
+
 from multibackend import cutlass_build, cutlass_emit, dtypes, staging, toolchain
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
@@ -82,7 +90,7 @@ SWIZZLED_KERNELS = 4  # how many of the best 3.x TMA kernels get the scheduler v
 #: the value is the launcher's RasterOrderOptions
 RASTERS = {"heuristic": 0, "m": 2, "n": 1}
 #: stream-K decompositions (DecompositionMode): the launcher's default lets CUTLASS choose
-DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "stream_k": 3}
+DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "split_k": 2, "stream_k": 3}
 
 
 def _config(candidate: cutlass_emit.Candidate, swizzle: int = 1,
@@ -124,24 +132,75 @@ def _output_on_grid(problem: Problem) -> bool:
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
+#: where the launch array holds the workspace's address and size
+WORKSPACE = cutlass_emit.SIZES + cutlass_emit.SETTINGS.index("workspace")
+WORKSPACE_BYTES = cutlass_emit.SIZES + cutlass_emit.SETTINGS.index("workspace_bytes")
+
+
+@functools.lru_cache(maxsize=None)
+def device_sm_count(device: str) -> int:
+    """The SM count of ``device`` ("cuda:0"...), which the 3.x tile schedulers plan for."""
+    import torch
+
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+
+
+def allocate_workspace(device: str, nbytes: int) -> Any:
+    """``nbytes`` of device memory on ``device`` from torch's caching allocator, on the
+    current stream (a launch's own: the caller makes it current)."""
+    import torch
+
+    return torch.empty((nbytes,), dtype=torch.uint8, device=device)
+
+
 class _Prepared:
     """What a launch needs, computed once per (problem, config): the entry point, the sizes
-    and strides as a C array (its address passed on each call), and the checks to make."""
+    and settings as a C array (its address passed on each call), the checks to make, and the
+    bytes of workspace the kernel needs (stream-K and split-K kernels; 0 for the others).
+
+    The workspace is allocated at the first launch on each stream and kept for every later
+    one: launches on one stream run one after another and share it, launches on two streams
+    may overlap and get one each. The first stream's goes into ``shape``; each other stream
+    has its own copy of the array."""
 
     __slots__ = ("library", "gemm", "shape", "shape_address", "integer", "d_align_mask",
-                 "has_c")
+                 "has_c", "device", "workspace_bytes", "stream", "workspace", "others")
 
     def __init__(self, library: cutlass_build.Library, args: tuple[int, ...],
-                 scheduler: tuple[int, int, int], integer: bool, d_align_bytes: int,
-                 has_c: bool):
+                 settings: tuple[int, ...], integer: bool, d_align_bytes: int, has_c: bool,
+                 device: str):
         self.library = library
         self.gemm = library.gemm
-        # the sizes, then the tile scheduler's swizzle, raster order and decomposition
-        self.shape = (ctypes.c_int64 * (len(args) + 3))(*args, *scheduler)
+        self.shape = (ctypes.c_int64 * (len(args) + len(settings)))(*args, *settings)
         self.shape_address = ctypes.addressof(self.shape)
         self.integer = integer
         self.d_align_mask = d_align_bytes - 1
         self.has_c = has_c
+        self.device = device
+        self.workspace_bytes = library.workspace_size(self.shape_address)
+        self.stream: int | None = None  # the stream whose workspace ``shape`` holds
+        self.workspace: Any = None
+        self.others: dict[int, tuple[int, Any, Any]] = {}  # stream -> (address, array, buffer)
+
+    def address_on(self, stream: int) -> int:
+        """The address of the launch array whose workspace serves ``stream``, allocating
+        that workspace at the stream's first launch."""
+        if self.stream is None:
+            self.workspace = self._attach(self.shape)
+            self.stream = stream
+            return self.shape_address
+        found = self.others.get(stream)
+        if found is None:
+            shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
+            found = (ctypes.addressof(shape), shape, self._attach(shape))
+            self.others[stream] = found
+        return found[0]
+
+    def _attach(self, shape: Any) -> Any:
+        buffer = allocate_workspace(self.device, self.workspace_bytes)
+        shape[WORKSPACE] = buffer.data_ptr()
+        shape[WORKSPACE_BYTES] = self.workspace_bytes
+        return buffer
 
 
 class CutlassBackend(Backend):
@@ -243,17 +302,9 @@ class CutlassBackend(Backend):
         size = int(dtypes.get(problem.d_dtype).itemsize)
         d_align = 16 if candidate.is_3x and config.get("epilogue") == "tma" else \
             candidate.operation.D.alignment * size
-        raster = config.get("raster", "heuristic")
-        decomposition = config.get("decomposition", "heuristic")
-        if raster not in RASTERS or decomposition not in DECOMPOSITIONS:
-            raise InvalidArgument(f"config {config.name!r}: raster {raster!r} (one of "
-                                  f"{sorted(RASTERS)}), decomposition {decomposition!r} (one "
-                                  f"of {sorted(DECOMPOSITIONS)})")
-        scheduler = (int(config.get("swizzle", 1)), RASTERS[raster],
-                     DECOMPOSITIONS[decomposition])
-        prepared = _Prepared(library, cutlass_emit.kernel_args(problem), scheduler,
-                             candidate.integer_epilogue, d_align,
-                             problem.has_c and problem.c is not None)
+        prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
+                             _settings(problem, config), candidate.integer_epilogue, d_align,
+                             problem.has_c and problem.c is not None, problem.device)
         self._prepared[key] = prepared
         return prepared
 
@@ -281,14 +332,34 @@ class CutlassBackend(Backend):
             c = operands.c.data_ptr()
         else:
             c, beta = d, 0
+        address = prepared.shape_address
+        if prepared.workspace_bytes and operands.stream != prepared.stream:
+            address = prepared.address_on(operands.stream)
         # the kernel computes D^T = B^T A^T: its A is our B
-        status = prepared.gemm(prepared.shape_address, operands.b.data_ptr(),
-                               operands.a.data_ptr(), c, d, alpha, beta, operands.stream)
+        status = prepared.gemm(address, operands.b.data_ptr(), operands.a.data_ptr(), c, d,
+                               alpha, beta, operands.stream)
         if status:
             library = prepared.library
             raise KernelRefused(f"CUTLASS kernel {library.kernel_name} refused "
                                 f"{problem.describe()}: {library.status_string(status)} "
                                 f"({library.cuda_error_string()})")
+
+
+def _settings(problem: Problem, config: Config) -> tuple[int, ...]:
+    """The launcher's settings (:data:`multibackend.cutlass_emit.SETTINGS`) for ``config``
+    on ``problem``'s device, the workspace left empty."""
+    raster = config.get("raster", "heuristic")
+    decomposition = config.get("decomposition", "heuristic")
+    splits = config.get("splits", 1)
+    if raster not in RASTERS or decomposition not in DECOMPOSITIONS:
+        raise InvalidArgument(f"config {config.name!r}: raster {raster!r} (one of "
+                              f"{sorted(RASTERS)}), decomposition {decomposition!r} (one "
+                              f"of {sorted(DECOMPOSITIONS)})")
+    if not isinstance(splits, int) or splits < 1 or (splits > 1 and decomposition != "split_k"):
+        raise InvalidArgument(f"config {config.name!r}: splits {splits!r} must be an integer "
+                              "of at least 1, and above 1 only with decomposition 'split_k'")
+    return (int(config.get("swizzle", 1)), RASTERS[raster], DECOMPOSITIONS[decomposition],
+            splits, device_sm_count(problem.device), 0, 0)
 
 
 def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:

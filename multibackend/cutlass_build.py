@@ -178,9 +178,16 @@ class Library:
         fn.argtypes = [ptr] * 5 + [ctypes.c_double] * 2 + [ptr]
         fn.restype = ctypes.c_int
         self.gemm = fn
+        self.dll.mb_workspace_size.argtypes = [ptr]
+        self.dll.mb_workspace_size.restype = ctypes.c_int64
         for name in ("mb_status_string", "mb_cuda_error_string", "mb_kernel_name"):
             getattr(self.dll, name).restype = ctypes.c_char_p
         self.kernel_name = self.dll.mb_kernel_name().decode()
+
+    def workspace_size(self, shape_address: int) -> int:
+        """The device workspace (bytes) ``mb_gemm`` needs for the sizes and settings in the
+        shape array at ``shape_address``: host arithmetic, no GPU needed."""
+        return int(self.dll.mb_workspace_size(shape_address))
 
     def status_string(self, status: int) -> str:
         return self.dll.mb_status_string(status).decode()

@@ -124,19 +124,24 @@ def test_large_square_default_and_scheduler_variants(dtype):
         assert backend_module.candidate_for(problem, config).name == config.get("kernel")
     source = cutlass_emit.emit(backend_module.candidate_for(problem, streamk))
     assert "StreamKScheduler" in source and "KernelTmaWarpSpecializedCooperative" in source
-    assert "mb_set_decomposition(args.scheduler" in source
+    assert "mb_set_scheduler(args.scheduler, shape, MbRank<2>{})" in source
     assert "cutlass::epilogue::TmaWarpSpecializedCooperative" in source
     assert BACKEND.variants(synthetic(33, 17, 9, "float16"),
                             BACKEND.configs(synthetic(33, 17, 9, "float16"))[0]) == []
 
 
-def test_scheduler_settings_reach_the_launcher():
+def test_scheduler_settings_reach_the_launcher(monkeypatch):
+    """Swizzle, raster order, decomposition, splits and the device's SM count follow the
+    sizes; the workspace slots stay empty until a launch allocates one."""
+    monkeypatch.setattr(backend_module, "device_sm_count", lambda device: 132)
     problem = synthetic(512, 512, 512, "float16")
     by_name = {c.name: c for c in BACKEND.configs(problem)}
     backend = backend_module.create()
-    for name, expected in [("128x256x64_2x1x1_cooperative_tma", (1, 0, 0)),
-                           ("128x256x64_2x1x1_cooperative_tma_along_m_sw8", (8, 2, 0)),
-                           ("128x256x64_2x1x1_cooperative_tma_along_n_sw2", (2, 1, 0))]:
+    for name, expected in [("128x256x64_2x1x1_cooperative_tma", (1, 0, 0, 1, 132, 0, 0)),
+                           ("128x256x64_2x1x1_cooperative_tma_along_m_sw8",
+                            (8, 2, 0, 1, 132, 0, 0)),
+                           ("128x256x64_2x1x1_cooperative_tma_along_n_sw2",
+                            (2, 1, 0, 1, 132, 0, 0))]:
         config = by_name[name]
         backend._libraries[backend_module.candidate_for(problem, config)] = _FakeLibrary()
         prepared = backend._prepare(problem, config)
@@ -149,6 +154,10 @@ def test_scheduler_settings_reach_the_launcher():
 
 class _FakeLibrary:
     gemm = None
+
+    @staticmethod
+    def workspace_size(shape_address):
+        return 0
 
 
 @pytest.mark.parametrize("dtype, ld_elems, expected", [
