@@ -8,10 +8,15 @@ the scalars and the stream, and makes one ctypes call (everything else is comput
 (problem, config)). The stock ``cutlass_cppgen`` runtime is not used: it needs cuda-python's
 removed ``cuda.cuda`` modules, writes into the working directory and costs milliseconds a call.
 
-The stream-K kernels need a device workspace (the partial tiles of split output tiles and their
-barriers): it is sized when a (problem, config) is prepared and allocated at its first launch
-on each stream, never per call. Their reduction is deterministic: see
-:mod:`multibackend.cutlass_emit`.
+Stream-K and split-K: a data-parallel tile scheduler gives each output tile to one CTA, so a
+problem of fewer tiles than SMs (a decode-sized product, M of a few rows; a cube of 1000-2048)
+leaves SMs idle. For 16-bit products that are skinny or have few tiles, :func:`stream_k_configs`
+offers the cooperative TMA kernel built with CUTLASS's stream-K scheduler (``..._streamk``:
+CUTLASS picks data-parallel, split-K or stream-K for the SM count), the same binary forced
+into split-K (``..._splitk{S}``) and, where CUTLASS's heuristic would stay data-parallel, into
+stream-K (``..._streamk_forced``). Their reduction is deterministic: see
+:mod:`multibackend.cutlass_emit`. The workspace they need is sized when a (problem, config) is
+prepared and allocated at its first launch on each stream, never per call.
 """
 from __future__ import annotations
 
@@ -92,18 +97,40 @@ RASTERS = {"heuristic": 0, "m": 2, "n": 1}
 #: stream-K decompositions (DecompositionMode): the launcher's default lets CUTLASS choose
 DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "split_k": 2, "stream_k": 3}
 
+#: input types offered the stream-K kernels (where :func:`stream_k_fits`)
+STREAM_K_TYPES = ("float16", "bfloat16")
+#: SMs of the sm_90 parts the offer is planned for (H100 SXM, H200; an H100 PCIe has 114):
+#: the launch itself plans for the device's own count
+SM90_SMS = 132
+#: a product is skinny when D has at most this many rows or columns
+SKINNY = 256
+#: CUTLASS's stream-K gives a CTA at least this many K tiles (min_iters_per_sk_unit_): a
+#: problem of no more K tiles than this runs data-parallel whatever the decomposition
+MIN_STREAM_K_ITERS = 8
+#: split counts considered for split-K, and the fewest K tiles each split must get
+SPLITS = (16, 8, 4, 2)
+MIN_SPLIT_K_TILES = 4
+SPLIT_K_CONFIGS = 2  # how many split counts are offered
 
-def _config(candidate: cutlass_emit.Candidate, swizzle: int = 1,
-            raster: str = "heuristic") -> Config:
-    """A Config running ``candidate`` with the tile scheduler's CTA swizzle and raster order
-    (runtime arguments of one compiled kernel: no extra build)."""
+
+def _config(candidate: cutlass_emit.Candidate, swizzle: int = 1, raster: str = "heuristic",
+            decomposition: str = "heuristic", splits: int = 1) -> Config:
+    """A Config running ``candidate`` with the tile scheduler's CTA swizzle, raster order and
+    (stream-K kernels) decomposition and split count: runtime arguments of one compiled
+    kernel, no extra build."""
     name = candidate.name
+    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle,
+              "raster": raster}
+    if decomposition == "split_k":
+        name = f"{name.removesuffix('_streamk')}_splitk{splits}"
+        params.update(decomposition=decomposition, splits=splits)
+    elif decomposition != "heuristic":
+        name += "_forced" if decomposition == "stream_k" else f"_{decomposition}"
+        params.update(decomposition=decomposition)
     if raster != "heuristic":
         name += f"_along_{raster}"
     if swizzle != 1:
         name += f"_sw{swizzle}"
-    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle,
-              "raster": raster}
     return Config(name, tuple(sorted(params.items())))
 
 
@@ -117,6 +144,76 @@ def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
     found += [_config(candidate, swizzle, raster) for raster in ("m", "n")
               for swizzle in (1, *SWIZZLES)]
     return found
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _is_stream_k(candidate: cutlass_emit.Candidate) -> bool:
+    return dict(candidate.params).get("scheduler") == "streamk"
+
+
+def output_tiles(problem: Problem, candidate: cutlass_emit.Candidate) -> int:
+    """How many output tiles of a 3.x ``candidate`` the grid covers for ``problem``: tiles
+    along the rows and the columns of D, each rounded up to whole clusters (the scheduler
+    launches those), times the batch."""
+    params = dict(candidate.params)
+    (rows, cols, _), (cluster_rows, cluster_cols, _) = params["tile"], params["cluster"]
+    along_m = _ceil(_ceil(problem.m, rows), cluster_rows) * cluster_rows
+    along_n = _ceil(_ceil(problem.n, cols), cluster_cols) * cluster_cols
+    return along_m * along_n * max(problem.batch, 1)
+
+
+def k_tiles(problem: Problem, candidate: cutlass_emit.Candidate) -> int:
+    """How many K tiles of a 3.x ``candidate`` one output tile of ``problem`` takes."""
+    return _ceil(problem.k, dict(candidate.params)["tile"][2])
+
+
+def _tile_area(candidate: cutlass_emit.Candidate) -> int:
+    rows, cols, _ = dict(candidate.params)["tile"]
+    return rows * cols
+
+
+def stream_k_fits(problem: Problem, default: cutlass_emit.Candidate) -> bool:
+    """Whether a 16-bit ``problem`` whose default kernel is ``default`` (a 3.x one) is worth
+    the stream-K kernels: skinny (D at most SKINNY rows or columns) or with fewer output tiles
+    of the default than SM90_SMS, and with more K tiles than stream-K's minimum per CTA."""
+    return (problem.in_dtype in STREAM_K_TYPES and default.is_3x
+            and k_tiles(problem, default) > MIN_STREAM_K_ITERS
+            and (min(problem.m, problem.n) <= SKINNY or output_tiles(problem, default) < SM90_SMS))
+
+
+def split_counts(tiles: int, k_tile_count: int) -> list[int]:
+    """The split-K counts offered for ``tiles`` output tiles of ``k_tile_count`` K tiles: the
+    largest SPLIT_K_CONFIGS of SPLITS that keep tiles x splits within one wave of SM90_SMS
+    CTAs and give every split at least MIN_SPLIT_K_TILES K tiles."""
+    fit = [s for s in SPLITS
+           if tiles * s <= SM90_SMS and k_tile_count >= s * MIN_SPLIT_K_TILES]
+    return fit[:SPLIT_K_CONFIGS]
+
+
+def stream_k_configs(problem: Problem,
+                     found: list[cutlass_emit.Candidate] | None = None) -> list[Config]:
+    """The stream-K configs offered for ``problem`` (its candidates ``found``, the default
+    first), empty where :func:`stream_k_fits` does not hold. One kernel is built: of the
+    stream-K TMA kernels, the one whose tiles and clusters pad ``problem`` least (the best
+    ranked among equals). It is offered with CUTLASS's heuristic decomposition, in split-K
+    mode with each of :func:`split_counts`, and forced into stream-K where its tiles fill
+    half a wave or more (CUTLASS's heuristic keeps those data-parallel)."""
+    found = cutlass_emit.candidates(problem) if found is None else found
+    kernels = [c for c in found if c.family == "3x_tma" and _is_stream_k(c)]
+    default = next((c for c in found if not _is_stream_k(c)), None)
+    if not kernels or default is None or not stream_k_fits(problem, default):
+        return []
+    kernel = min(kernels, key=lambda c: output_tiles(problem, c) * _tile_area(c))
+    tiles = output_tiles(problem, kernel)
+    offered = [_config(kernel)]
+    offered += [_config(kernel, decomposition="split_k", splits=s)
+                for s in split_counts(tiles, k_tiles(problem, kernel))]
+    if 2 * tiles >= SM90_SMS:
+        offered.append(_config(kernel, decomposition="stream_k"))
+    return offered
 
 
 #: input types whose misaligned products CUTLASS takes only through staged configs, where
@@ -250,15 +347,19 @@ class CutlassBackend(Backend):
         return reason
 
     def configs(self, problem: Problem) -> list[Config]:
-        """Every kernel for ``problem`` (tile, cluster, schedule, epilogue, scheduler), the
-        default first, then the best few 3.x TMA kernels again with other CTA swizzles and
-        raster orders (the same binary: runtime arguments of the tile scheduler); for a
-        misaligned problem, its staged kernels after them (first where only staging lets
-        CUTLASS run it)."""
+        """Every kernel for ``problem`` (tile, cluster, schedule, epilogue) with the
+        persistent tile scheduler, the default first; right after the default, where they
+        fit, the stream-K configs (:func:`stream_k_configs`); then the best few 3.x TMA
+        kernels again with other CTA swizzles and raster orders (the same binary: runtime
+        arguments of the tile scheduler); for a misaligned problem, its staged kernels after
+        them (first where only staging lets CUTLASS run it). A stream-K kernel not offered
+        still runs when a config names it."""
         found = cutlass_emit.candidates(problem)
-        configs = [_config(c) for c in found]
-        tma = [c for c in found if c.family == "3x_tma"][:SWIZZLED_KERNELS]
-        return (configs + [v for c in tma for v in scheduler_variants(c)]
+        plain = [c for c in found if not _is_stream_k(c)]
+        configs = [_config(c) for c in plain]
+        tma = [c for c in plain if c.family == "3x_tma"][:SWIZZLED_KERNELS]
+        return (configs[:1] + stream_k_configs(problem, found) + configs[1:]
+                + [v for c in tma for v in scheduler_variants(c)]
                 + (staging.offered(self, problem) if _output_on_grid(problem) else []))
 
     def variants(self, problem: Problem, config: Config) -> list[Config]:

@@ -67,12 +67,19 @@ ODD_TYPES = [
 #: raster order: together they have each tile shape (128x256, 256x128), each cluster size and
 #: direction (1, 2 and 4 CTAs) and each tile scheduler (persistent, stream-K) of the 3.x
 #: candidates. f16 and bf16 kernels differ only in their element type, so each is run in one.
+#: The candidate problem has few tiles and a long K, so that stream-K is offered for it.
 CANDIDATE_KERNELS = {
     "float16": ("256x128x64_1x2x1_cooperative_tma", "128x256x64_1x1x1_cooperative_tma",
                 "128x256x64_2x2x1_cooperative_tma"),
-    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "128x256x64_2x1x1_cooperative_tma_streamk"),
+    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "256x128x64_1x1x1_cooperative_tma_streamk"),
 }
-STREAM_K_KERNEL = "128x256x64_2x1x1_cooperative_tma_streamk"
+#: the stream-K kernel offered for _stream_k_problem (and the candidate problem): of the
+#: stream-K kernels, the one whose tiles pad 200 x 264 least (3 tiles of 256 x 128)
+STREAM_K_KERNEL = "256x128x64_1x1x1_cooperative_tma_streamk"
+#: the tests that run STREAM_K_KERNEL (on _stream_k_problem's kernel) and no other
+STREAM_K_TESTS = ("test_stream_k_kernel_with_c_and_every_decomposition",
+                  "test_stream_k_workspace_is_kept_and_results_repeat_bit_for_bit",
+                  "test_stream_k_on_a_broadcast_batch")
 
 
 def _layout_id(layouts) -> str:
@@ -107,7 +114,7 @@ def _problems(t, layouts) -> list[Problem]:
 
 
 def _candidate_problem(dtype: str) -> Problem:
-    return synthetic(200, 264, 136, dtype, cc=_cc())
+    return synthetic(200, 264, 1032, dtype, cc=_cc())
 
 
 def _checked_candidates(dtype: str, every: list[Config]) -> list[Config]:
@@ -148,7 +155,7 @@ def cutlass_jobs(item) -> list[tuple[Problem, Config]]:
         problem = _candidate_problem(params["dtype"])
         return [(problem, c) for c in _checked_candidates(params["dtype"],
                                                           BACKEND.configs(problem))]
-    if name == "test_stream_k_kernel_with_c_and_every_decomposition":
+    if name in STREAM_K_TESTS:
         problem = _stream_k_problem()
         return [(problem, c) for c in BACKEND.configs(problem) if c.name == STREAM_K_KERNEL]
     if name in FIXED:
@@ -242,8 +249,8 @@ def test_every_tuning_candidate_is_correct(dtype):
     """The default kernel and the type's CANDIDATE_KERNELS, each with every CTA swizzle and
     raster order of its tile scheduler (runtime arguments of the same kernel)."""
     gen = torch.Generator().manual_seed(7)
-    a = _matrix(dtype, 1, 200, 136, "row", gen, False)
-    b = _matrix(dtype, 1, 136, 264, "row", gen, False)
+    a = _matrix(dtype, 1, 200, 1032, "row", gen, False)
+    b = _matrix(dtype, 1, 1032, 264, "row", gen, False)
     problem = _problem(a, b, None, dtype, "float32", None)
     every = BACKEND.configs(problem)
     assert every[0].name == BACKEND.configs(_candidate_problem(dtype))[0].name
@@ -259,21 +266,84 @@ def test_every_tuning_candidate_is_correct(dtype):
         _check(problem, a, b, None, d, 1.0, 0.0)
 
 
-@pytest.mark.parametrize("decomposition", ["heuristic", "stream_k", "data_parallel"])
-def test_stream_k_kernel_with_c_and_every_decomposition(decomposition):
-    """The stream-K scheduler splits K across CTAs and reduces partial tiles in a workspace:
-    check it with a long K, a source C and beta, under each decomposition mode."""
-    gen = torch.Generator().manual_seed(13)
+def _stream_k_operands(seed: int):
+    """A, B and C of _stream_k_problem's sizes, on the GPU."""
+    gen = torch.Generator().manual_seed(seed)
     a = _matrix("bfloat16", 1, 200, 1032, "row", gen, False)
     b = _matrix("bfloat16", 1, 1032, 264, "row", gen, False)
     c = _matrix("bfloat16", 1, 200, 264, "row", gen, False)
+    return a, b, c
+
+
+@pytest.mark.parametrize("decomposition, splits", [
+    ("heuristic", 1), ("stream_k", 1), ("data_parallel", 1), ("split_k", 2), ("split_k", 3),
+    ("split_k", 4)])
+def test_stream_k_kernel_with_c_and_every_decomposition(decomposition, splits):
+    """The stream-K scheduler splits K across CTAs and reduces partial tiles in a workspace:
+    check it with a long K (17 K tiles: uneven splits), a source C and beta, under each
+    decomposition mode and split count."""
+    a, b, c = _stream_k_operands(13)
     problem = _problem(a, b, c, "bfloat16", "float32", None)
     kernel = next(x for x in BACKEND.configs(problem) if x.name == STREAM_K_KERNEL)
-    config = Config(f"{kernel.name}_{decomposition}", tuple(sorted(
-        {**dict(kernel.params), "decomposition": decomposition}.items())))
+    config = Config(f"{kernel.name}_{decomposition}{splits}", tuple(sorted(
+        {**dict(kernel.params), "decomposition": decomposition, "splits": splits}.items())))
     assert backend_module.prepare_many([(problem, kernel)]) == [(problem, kernel)]
     d = _run(problem, a, b, c, 1.5, -0.5, config)
     _check(problem, a, b, c, d, 1.5, -0.5)
+
+
+def test_stream_k_workspace_is_kept_and_results_repeat_bit_for_bit():
+    """Each offered stream-K config: later calls on one stream allocate nothing; the result
+    is the same bit for bit on every call, on a second stream (its own workspace) and in a
+    CUDA graph's replays (the barrier memset captured with the kernel)."""
+    a, b, c = _stream_k_operands(17)
+    problem = _problem(a, b, c, "bfloat16", "float32", None)
+    offered = backend_module.stream_k_configs(problem)
+    assert [x.name for x in offered] == [STREAM_K_KERNEL,
+                                         "256x128x64_1x1x1_cooperative_tma_splitk4",
+                                         "256x128x64_1x1x1_cooperative_tma_splitk2"]
+    for config in offered:
+        first = _run(problem, a, b, c, 1.5, -0.5, config)
+        _check(problem, a, b, c, first, 1.5, -0.5)
+        stream = torch.cuda.current_stream()
+        d = torch.empty_like(first)
+        before = torch.cuda.memory_allocated()
+        for _ in range(3):
+            BACKEND.run(problem, Operands(a, b, c, d, 1.5, -0.5, stream.cuda_stream), config)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_allocated() == before, config.name
+        assert torch.equal(d, first), config.name
+        side = torch.cuda.Stream()
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            d_side = torch.empty_like(first)
+            BACKEND.run(problem, Operands(a, b, c, d_side, 1.5, -0.5, side.cuda_stream),
+                        config)
+        torch.cuda.synchronize()
+        assert torch.equal(d_side, first), config.name
+        d_graph = torch.empty_like(first)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            BACKEND.run(problem, Operands(a, b, c, d_graph, 1.5, -0.5,
+                                          torch.cuda.current_stream().cuda_stream), config)
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(d_graph, first), config.name
+
+
+def test_stream_k_on_a_broadcast_batch():
+    """A broadcast over the batch runs one launch per entry, one after another on the
+    stream, each with the same workspace."""
+    gen = torch.Generator().manual_seed(19)
+    a = _matrix("bfloat16", 1, 136, 1032, "row", gen, False).expand(3, 136, 1032)
+    b = _matrix("bfloat16", 3, 1032, 264, "row", gen, False)
+    problem = _problem(a, b, None, "bfloat16", "float32", None)
+    offered = backend_module.stream_k_configs(problem)
+    assert offered and offered[0].name == STREAM_K_KERNEL
+    for config in offered:
+        d = _run(problem, a, b, None, 1.0, 0.0, config)
+        _check(problem, a, b, None, d, 1.0, 0.0)
 
 
 def test_broadcast_batch_operand():
