@@ -193,11 +193,11 @@ def test_repeated_plain_calls_take_the_shortest_path(backend):
     a, b = _rand((96, 256), seed=61), _rand((256, 80), seed=62)
     options = {} if backend == "auto" else {"backend": backend}
     first = mb.matmul(a, b, **options)
-    assert plans.plain(a, b, "auto" if backend == "auto" else backend) is not plans.MISS
+    assert plans.plain(a, b, None, "auto" if backend == "auto" else backend) is not plans.MISS
     again = mb.matmul(a, b, **options)
     assert torch.equal(first, again) and torch.equal(again, torch.mm(a, b))
-    assert plans.plain(a.cpu(), b.cpu(), "auto") is plans.MISS
-    assert plans.plain(a, b, "triton") is plans.MISS  # never planned under that name
+    assert plans.plain(a.cpu(), b.cpu(), None, "auto") is plans.MISS
+    assert plans.plain(a, b, None, "triton") is plans.MISS  # never planned under that name
     with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):
         mb.matmul(a, _rand((255, 80)), **options)
 
