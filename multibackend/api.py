@@ -131,7 +131,7 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
             backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
-    plain = (out is None and beta is None and alpha.__class__ is float and alpha == 1
+    plain = (out is None and beta is None and type(alpha) is float and alpha == 1
              and out_dtype is None and acc_dtype is None and precision is None
              and saturate is False and dtype is None and config is None and autotune is None)
     if _compiling():  # torch.compile traces torch's own op or the registered operator
