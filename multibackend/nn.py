@@ -7,7 +7,9 @@ state_dict and results) whose forward is ``D = x @ W^T + b`` through
 passed as the ``.mT`` view (a column-major operand, no copy) and the bias as C with beta = 1,
 broadcast over the rows (row stride 0), so the backend adds it in its epilogue. Under
 torch.compile and autograd the product goes through the registered operator
-(:mod:`multibackend.torch_op`) like any other call.
+(:mod:`multibackend.torch_op`) like any other call. Once a layer's product has been planned
+and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.plans.linear`), later calls
+are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op.
 
 :func:`patch` turns every ``torch.nn.Linear`` of a model into :class:`Linear` in place (the same
 module objects, parameters, buffers and hooks: only their class changes, as
@@ -20,18 +22,39 @@ from typing import Any
 
 import torch
 
+from . import plans
 from .api import matmul
 from .errors import InvalidType
+
+_F_LINEAR = torch.nn.functional.linear
+_compiling = torch.compiler.is_dynamo_compiling
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
            backend: str | None = "auto") -> torch.Tensor:
     """``torch.nn.functional.linear`` through :func:`multibackend.matmul`: x is (*, in),
-    weight (out, in), bias (out,) or None; the result is (*, out)."""
+    weight (out, in), bias (out,) or None; the result is (*, out).
+
+    Once a layer's product has been planned and dispatch runs it on cuBLAS for every size
+    below bounds these sizes are under (:func:`multibackend.plans.linear`), later calls are
+    ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
+    without building its views."""
+    traced = _compiling()
+    if not traced and plans.linear(x, weight, bias, backend):
+        return _F_LINEAR(x, weight, bias)
+    return _planned_linear(x, weight, bias, backend, traced)
+
+
+def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    backend: str | None, traced: bool) -> torch.Tensor:
+    """The layer's product through :func:`multibackend.matmul`, remembered for
+    :func:`multibackend.plans.linear` (unless torch.compile is tracing it)."""
     rows = x.reshape(-1, x.shape[-1])
-    out_features = weight.shape[0]
-    c = None if bias is None else bias.expand(rows.shape[0], out_features)
-    return matmul(rows, weight.mT, c, backend=backend).view(*x.shape[:-1], out_features)
+    c = None if bias is None else bias.expand(rows.shape[0], weight.shape[0])
+    d = matmul(rows, weight.mT, c, backend=backend)
+    if not traced:
+        plans.remember_linear(x, weight, bias, backend, rows, c)
+    return d.view(*x.shape[:-1], weight.shape[0])
 
 
 class Linear(torch.nn.Linear):

@@ -250,6 +250,35 @@ def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
     return MISS
 
 
+#: the first entry of a linear layer's family key (:func:`linear`)
+LINEAR = "linear"
+
+
+def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
+    """Whether the family plan of a linear layer's product (x's rows @ weight.mT + bias
+    broadcast over the rows, :func:`remember_linear`) holds for these sizes: then dispatch
+    runs that product on cuBLAS, and ``torch.nn.functional.linear`` makes the layer's
+    result, views and all, in one call. The hot path of :class:`multibackend.nn.Linear`."""
+    try:
+        found = _FAMILIES.get(_torch_key((LINEAR, backend), x, weight, bias))
+        return found is not None and x.shape[-1] == weight.shape[1] and (
+            x.numel() < found[1] or weight.numel() < found[2]
+            or x.numel() // x.shape[-1] < found[3] or weight.shape[0] < found[4]
+            or weight.shape[1] < found[5])
+    except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
+            ZeroDivisionError):
+        return False
+
+
+def remember_linear(x: Any, weight: Any, bias: Any, backend: Any, rows: Any, c: Any) -> None:
+    """After a linear layer's product ran through ``matmul(rows, weight.mT, c)``: where that
+    made a family plan, :func:`linear` serves the layer's later calls by it (a bias other
+    than a vector excepted: torch's layer adds it apart from the product)."""
+    found = _FAMILIES.get(_torch_key(backend, rows, weight.mT, c))
+    if found is not None and (bias is None or bias.ndim == 1):
+        remember_family(_torch_key((LINEAR, backend), x, weight, bias), found[0], found[1:])
+
+
 def made(found: tuple, a: Any, b: Any, c: Any) -> Any:
     """D made by a family plan ``found`` (its bounds already checked), or :data:`MISS`
     where C is not D's shape (the op would broadcast what matmul refuses)."""

@@ -6,7 +6,8 @@ many runs. Calls compared with each other (a backend and its baseline) are timed
 what a figure includes:
 
 - ``eager``: back-to-back calls, host included — what an eager user sees. Each sample times a
-  burst of consecutive calls between two events (the GPU idle at its start), per call.
+  burst of consecutive calls between two events (the GPU idle at its start), per call; calls
+  timed against each other burst alike (as many calls, about 2 ms for the slowest).
   Inputs are not flushed from L2 between the calls of a burst, as in a real loop.
 - ``graph``: the calls captured in a CUDA graph once (after warm-up) and the graph replayed —
   what a deployment that captures graphs sees: kernel time only. The calls must launch on
@@ -134,7 +135,7 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
     device = torch.cuda.current_device()
     stream = torch.cuda.current_stream()
     names = list(fns)
-    spins, bursts, total_single = {}, {}, 0.0
+    spins, longest, total_single = {}, {}, 0.0
     runs = dict(fns)
     for name in names:
         fn = fns[name]
@@ -148,14 +149,16 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
         if mode == "graph":
             runs[name] = _capture(fn)
         host = _host_seconds(runs[name], stream)
-        # eager: enough calls that a burst outlasts the start event's latency many times over
-        bursts[name] = max(5, int(EAGER_BURST_S / max(single, host, 1e-7))) \
-            if mode == "eager" else 1
-        total_single += single * bursts[name]
+        longest[name] = max(single, host, 1e-7)
+        total_single += single
         # the fastest of three host calls, with room for a slower one: a spin that ends
         # before the host has queued the call would time the host's launch as GPU work
         spins[name] = int((3 * host + SPIN_MARGIN_S) * _clock_hz(device))
-    reps = max(3, min(reps, int(max_seconds / max(total_single, 1e-6))))
+    # eager: enough calls that a burst outlasts the start event's latency many times over,
+    # as many for every call (a longer burst runs hotter on a GPU at its power limit)
+    burst = max(5, int(EAGER_BURST_S / max(longest.values(), default=1.0))) \
+        if mode == "eager" else 1
+    reps = max(3, min(reps, int(max_seconds / max(total_single * burst, 1e-6))))
     flush = _flush_buffer(device) if flush_l2 and mode != "eager" else None
     events: dict[Hashable, list] = {name: [] for name in names}
     for order in rotations(names, reps):
@@ -170,10 +173,10 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
             end = torch.cuda.Event(enable_timing=True)
             run = runs[name]
             start.record(stream)
-            for _ in range(bursts[name]):
+            for _ in range(burst):
                 run()
             end.record(stream)
-            events[name].append((start, end, bursts[name]))
+            events[name].append((start, end, burst))
     stream.synchronize()
     timings = {}
     for name, triples in events.items():

@@ -224,3 +224,50 @@ def test_importing_multibackend_does_not_import_torch():
     code = ("import sys, multibackend as mb; assert 'torch' not in sys.modules; "
             "mb.patch; assert 'torch' in sys.modules and mb.nn.Linear")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
+    """The linear layer's shortest path (:func:`multibackend.plans.linear`) answers yes only
+    under the family plan its product made, within that plan's bounds, for an input whose
+    last side is the weight's; a bias other than a vector is never served by it. (Host
+    tensors make no family plans: the key here counts them as on a GPU.)"""
+    from multibackend import plans
+
+    monkeypatch.setattr(plans, "_torch_key", lambda options, a, b, c=None: (
+        options, a.dtype, b.dtype, a.ndim, b.ndim,
+        None if c is None else (c.dtype, c.stride())))
+    plans.forget()
+    x, weight, bias = torch.ones(2, 5, 16), torch.ones(8, 16), torch.ones(8)
+    rows = x.reshape(-1, 16)
+    c = bias.expand(10, 8)
+    assert not plans.linear(x, weight, bias, "auto")
+    plans.remember_linear(x, weight, bias, "auto", rows, c)
+    assert not plans.linear(x, weight, bias, "auto"), "no family plan of the product"
+    inf = float("inf")
+    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+                          (inf, inf, inf, inf, inf))
+    plans.remember_linear(x, weight, bias, "auto", rows, c)
+    assert plans.linear(x, weight, bias, "auto")
+    assert plans.linear(torch.ones(3, 7, 16), weight, bias, "auto")
+    assert not plans.linear(torch.ones(2, 5, 15), weight, bias, "auto"), "K differs"
+    assert not plans.linear(x, weight, bias, "cublas"), "another backend's name"
+    assert not plans.linear(x[0], weight, bias, "auto"), "another rank"
+    assert not plans.linear(x, weight, None, "auto"), "no bias: another family"
+    # bounded: (elements of A, of B, M, N, K) as the product sees them
+    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+                          (40, 100, 10, 8, 16))
+    plans.remember_linear(x, weight, bias, "auto", rows, c)
+    assert not plans.linear(x, weight, bias, "auto"), "160 and 128 elements, M 10 N 8 K 16"
+    assert plans.linear(torch.ones(1, 2, 16), weight, bias, "auto"), "32 elements of A"
+    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+                          (0, 0, 11, 0, 0))
+    plans.remember_linear(x, weight, bias, "auto", rows, c)
+    assert plans.linear(x, weight, bias, "auto"), "M = 10 < 11"
+    assert not plans.linear(torch.ones(3, 5, 16), weight, bias, "auto"), "M = 15"
+    plans.forget()
+    wide = torch.ones(1, 8)
+    plans.remember_family(plans._torch_key("auto", rows, weight.mT, wide.expand(10, 8)),
+                          torch.addmm, (inf,) * 5)
+    plans.remember_linear(x, weight, wide, "auto", rows, wide.expand(10, 8))
+    assert not plans.linear(x, weight, wide, "auto"), "a 2-D bias"
+    plans.forget()

@@ -247,3 +247,40 @@ def test_repeated_calls_with_a_bias_take_the_shortest_path():
         mb.matmul(a, b, row.expand(1, 96))
     with pytest.raises(mb.InvalidArgument, match="C must be"):
         mb.matmul(a, b, bias.expand(m + 1, 96))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_repeated_linear_calls_are_torchs_linear(monkeypatch, bias):
+    """A Linear layer's repeated call whose product dispatch runs on cuBLAS is torch's own
+    ``linear`` (one call, no views), with the planned call's result bit for bit; a layer
+    named to another backend never is; a wrong input still gets matmul's error."""
+    from multibackend import nn as mb_nn
+    from multibackend import plans
+
+    plans.forget()
+    made = []
+    linear = mb_nn._F_LINEAR
+
+    def recording(*args):
+        made.append(args[0].shape)
+        return linear(*args)
+
+    monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
+    layer = mb.nn.Linear(128, 96, bias=bias, device="cuda", dtype=torch.float16)
+    with torch.no_grad():
+        for shape in ((2, 33, 128), (70, 128)):
+            x = _rand(shape, seed=80 + len(shape))
+            first, again = layer(x), layer(x)
+            expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+            assert torch.equal(first, expected) and torch.equal(again, expected), shape
+        assert made == [(2, 33, 128), (70, 128)]
+        assert torch.equal(layer(_rand((3, 128), seed=83)),
+                           linear(_rand((3, 128), seed=83), layer.weight, layer.bias))
+        assert len(made) == 3  # a new M: the same family
+        with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):
+            layer(_rand((4, 127), seed=84))
+        layer.backend = "triton"
+        for _ in range(2):
+            _assert_close((x, layer.weight.mT, layer.bias.expand(70, 96) if bias else None),
+                          layer(x), beta=1.0 if bias else 0.0)
+        assert len(made) == 3
