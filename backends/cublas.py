@@ -139,6 +139,9 @@ class CublasBackend(Backend):
         """D = alpha * A @ B + beta * C through mm/addmm (matrices) or bmm/baddbmm."""
         import torch
 
+        if problem.batch == 1:  # one matrix each (the planned call gives batches of one)
+            a, b, d = _matrix(a), _matrix(b), _matrix(d)
+            c = None if c is None else _matrix(c)
         if a.dim() == b.dim() == d.dim() == 2 and (c is None or c.dim() == 2):
             if c is not None:  # a bias broadcast over the rows goes as the vector it is
                 torch.addmm(c[0] if row_broadcast(c.stride()) else c, a, b, beta=beta,
@@ -219,6 +222,11 @@ class CublasBackend(Backend):
                 return lambda a, b, c: torch.addmm(c[0], a, b, beta=beta, alpha=alpha)
             return lambda a, b, c: torch.addmm(c, a, b, beta=beta, alpha=alpha)
         return None
+
+
+def _matrix(x: Any) -> Any:
+    """A batch of one as its one matrix (a view); a matrix as itself."""
+    return x[0] if x.dim() == 3 else x
 
 
 def row_broadcast(strides: tuple) -> bool:

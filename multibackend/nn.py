@@ -41,7 +41,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     without building its views."""
     traced = _compiling()
     if not traced and plans.linear(x, weight, bias, backend):
-        return _F_LINEAR(x, weight, bias)
+        try:
+            return _F_LINEAR(x, weight, bias)
+        except RuntimeError:  # refused (shapes, dtypes, devices): matmul words the error
+            pass
     return _planned_linear(x, weight, bias, backend, traced)
 
 

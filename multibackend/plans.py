@@ -254,14 +254,26 @@ def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
 LINEAR = "linear"
 
 
+def _linear_key(backend: Any, x: Any, bias: Any) -> tuple:
+    """A linear layer's family key: what its product's key (:func:`_torch_key`) holds that the
+    layer's input and bias fix (the product is 2-D whatever x's rank; the weight's dtype
+    and device are x's, or torch's layer refuses the call), the watched environment and
+    tables."""
+    get = _ENVIRON.get
+    return (LINEAR, backend, x.dtype, x.get_device(), None if bias is None else bias.dtype,
+            get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY), _GENERATION[0])
+
+
 def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
     """Whether the family plan of a linear layer's product (x's rows @ weight.mT + bias
     broadcast over the rows, :func:`remember_linear`) holds for these sizes: then dispatch
     runs that product on cuBLAS, and ``torch.nn.functional.linear`` makes the layer's
-    result, views and all, in one call. The hot path of :class:`multibackend.nn.Linear`."""
+    result, views and all, in one call (which refuses what matmul would: the caller then
+    takes matmul's path, which words the error). The hot path of
+    :class:`multibackend.nn.Linear`."""
     try:
-        found = _FAMILIES.get(_torch_key((LINEAR, backend), x, weight, bias))
-        return found is not None and x.shape[-1] == weight.shape[1] and (
+        found = _FAMILIES.get(_linear_key(backend, x, bias))
+        return found is not None and (
             x.numel() < found[1] or weight.numel() < found[2]
             or x.numel() // x.shape[-1] < found[3] or weight.shape[0] < found[4]
             or weight.shape[1] < found[5])
@@ -272,11 +284,11 @@ def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
 
 def remember_linear(x: Any, weight: Any, bias: Any, backend: Any, rows: Any, c: Any) -> None:
     """After a linear layer's product ran through ``matmul(rows, weight.mT, c)``: where that
-    made a family plan, :func:`linear` serves the layer's later calls by it (a bias other
-    than a vector excepted: torch's layer adds it apart from the product)."""
+    made a family plan (for a device tensor x, with a weight of x's dtype and, if any, a
+    bias vector), :func:`linear` serves the layer's later calls by it."""
     found = _FAMILIES.get(_torch_key(backend, rows, weight.mT, c))
-    if found is not None and (bias is None or bias.ndim == 1):
-        remember_family(_torch_key((LINEAR, backend), x, weight, bias), found[0], found[1:])
+    if found is not None and weight.dtype == x.dtype and (bias is None or bias.ndim == 1):
+        remember_family(_linear_key(backend, x, bias), found[0], found[1:])
 
 
 def made(found: tuple, a: Any, b: Any, c: Any) -> Any:

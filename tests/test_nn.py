@@ -228,9 +228,9 @@ def test_importing_multibackend_does_not_import_torch():
 
 def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
     """The linear layer's shortest path (:func:`multibackend.plans.linear`) answers yes only
-    under the family plan its product made, within that plan's bounds, for an input whose
-    last side is the weight's; a bias other than a vector is never served by it. (Host
-    tensors make no family plans: the key here counts them as on a GPU.)"""
+    under the family plan its product made, within that plan's bounds; a bias other than a
+    vector, or a weight of another dtype than the input's, is never served by it. (Host
+    tensors make no family plans: the product's key here counts them as on a GPU.)"""
     from multibackend import plans
 
     monkeypatch.setattr(plans, "_torch_key", lambda options, a, b, c=None: (
@@ -249,9 +249,8 @@ def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
     plans.remember_linear(x, weight, bias, "auto", rows, c)
     assert plans.linear(x, weight, bias, "auto")
     assert plans.linear(torch.ones(3, 7, 16), weight, bias, "auto")
-    assert not plans.linear(torch.ones(2, 5, 15), weight, bias, "auto"), "K differs"
     assert not plans.linear(x, weight, bias, "cublas"), "another backend's name"
-    assert not plans.linear(x[0], weight, bias, "auto"), "another rank"
+    assert plans.linear(x[0], weight, bias, "auto"), "another rank: the same product"
     assert not plans.linear(x, weight, None, "auto"), "no bias: another family"
     # bounded: (elements of A, of B, M, N, K) as the product sees them
     plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
@@ -270,4 +269,8 @@ def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
                           torch.addmm, (inf,) * 5)
     plans.remember_linear(x, weight, wide, "auto", rows, wide.expand(10, 8))
     assert not plans.linear(x, weight, wide, "auto"), "a 2-D bias"
+    plans.remember_family(plans._torch_key("auto", rows, weight.double().mT, c),
+                          torch.addmm, (inf,) * 5)
+    plans.remember_linear(x, weight.double(), bias, "auto", rows, c)
+    assert not plans.linear(x, weight.double(), bias, "auto"), "a float64 weight"
     plans.forget()
