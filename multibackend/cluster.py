@@ -9,7 +9,8 @@ on one GPU. How a run is spread:
   GPU of this machine: a process under a Nanny (which starts it again if it dies) pinned to its
   GPU by ``CUDA_VISIBLE_DEVICES``, with one thread. With ``scheduler``, the work goes to the
   workers attached to that scheduler, which should be started the same way: one per GPU,
-  pinned, one thread (README, "Tuning").
+  pinned, one thread (README, "Tuning"). The cluster, and each worker's tuner process, start
+  in a thread of their own (:class:`Startup`) while the candidates are planned.
 - **Unit of work: one problem** (:class:`Part`): its candidates, then its final rounds, all on
   one GPU, since timings taken on two GPUs are not comparable. Each worker runs its parts in a
   tuner process of its own (:class:`multibackend.tuner._Child`, kept from part to part, and
@@ -167,14 +168,47 @@ def common_environment(found: dict[str, dict], cc: tuple[int, int] | None) -> di
     return env
 
 
-def _environment(client: Any, cc: tuple[int, int] | None, timeout_s: float) -> dict:
-    """Start every attached worker's tuner process and return their common environment."""
+def _probe(client: Any, timeout_s: float) -> dict[str, dict]:
+    """Start every attached worker's tuner process: worker -> the environment it reported."""
     token = uuid.uuid4().hex[:8]
     workers = sorted(client.nthreads())
     futures = [client.submit(probe, timeout_s, key=f"tune-probe-{token}-{i}", workers=[w],
                              allow_other_workers=False, pure=False)
                for i, w in enumerate(workers)]
-    return common_environment(dict(client.gather(futures)), cc)
+    return dict(client.gather(futures))
+
+
+class Startup:
+    """The cluster's client and its workers' tuner processes, started in a thread of their
+    own as soon as a spread run is asked for, so that starting the scheduler and workers (a
+    process each) and the workers' tuner processes (each imports torch and the backends)
+    goes on while this process plans the candidates. :meth:`result` waits for them;
+    :meth:`close` closes the client (and a local cluster) whatever happened."""
+
+    def __init__(self, scheduler: str | None, gpus: list[str] | None, timeout_s: float):
+        self._stack = contextlib.ExitStack()
+        self._outcome: tuple[Any, dict] | BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(scheduler, gpus, timeout_s),
+                                        name="multibackend-cluster-startup", daemon=True)
+        self._thread.start()
+
+    def _start(self, scheduler: str | None, gpus: list[str] | None, timeout_s: float) -> None:
+        try:
+            client = self._stack.enter_context(_client(scheduler, gpus))
+            self._outcome = (client, _probe(client, timeout_s))
+        except BaseException as exc:  # handed to the caller by result()
+            self._outcome = exc
+
+    def result(self) -> tuple[Any, dict[str, dict]]:
+        """The client and, per worker, the environment its tuner process reported."""
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        return self._outcome
+
+    def close(self) -> None:
+        self._thread.join()
+        self._stack.close()
 
 
 def _order(plan: _Plan) -> list[int]:
@@ -185,27 +219,26 @@ def _order(plan: _Plan) -> list[int]:
     return sorted(count, key=lambda index: (-count[index], -plan.specs[index].shape.flops))
 
 
-def run(plan: _Plan, job: Job, timeout_s: float, compile_timeout_s: float, bar: Any, *,
-        scheduler: str | None = None, gpus: list[str] | None = None
-        ) -> tuple[_Results, dict]:
+def run(plan: _Plan, job: Job, timeout_s: float, compile_timeout_s: float, bar: Any,
+        startup: Startup) -> tuple[_Results, dict]:
     """Run ``plan`` (each candidate in ``job``'s settings, with the time limits
-    :func:`multibackend.tuner.tune` takes) spread over the workers of the scheduler at
-    ``scheduler``, else of a :func:`local_cluster` on ``gpus``, one problem per task; ``bar``
-    (a :func:`multibackend.tuner.progress_bar`) advances as problems finish. Returns what the
+    :func:`multibackend.tuner.tune` takes) spread over the workers ``startup`` started (a
+    scheduler's, or a :func:`local_cluster`'s), one problem per task; ``bar`` (a
+    :func:`multibackend.tuner.progress_bar`) advances as problems finish. Returns what the
     workers reported and the environment they measured in."""
-    with _client(scheduler, gpus) as client:
-        env = _environment(client, plan.cc, compile_timeout_s)
-        token = uuid.uuid4().hex[:8]
-        order = _order(plan)
-        futures = {}
-        for rank, index in enumerate(order):
-            part = plan.problem(index)
-            mine = dataclasses.replace(job, specs=part.specs, items=[], finals={}, screened=[])
-            future = client.submit(run_part, Part(part, mine, timeout_s, compile_timeout_s),
-                                   key=f"tune-problem-{token}-{index}", retries=RETRIES,
-                                   priority=len(order) - rank, pure=False)
-            futures[future] = part
-        return _collect(client, futures, env, bar), env
+    client, found = startup.result()
+    env = common_environment(found, plan.cc)
+    token = uuid.uuid4().hex[:8]
+    order = _order(plan)
+    futures = {}
+    for rank, index in enumerate(order):
+        part = plan.problem(index)
+        mine = dataclasses.replace(job, specs=part.specs, items=[], finals={}, screened=[])
+        future = client.submit(run_part, Part(part, mine, timeout_s, compile_timeout_s),
+                               key=f"tune-problem-{token}-{index}", retries=RETRIES,
+                               priority=len(order) - rank, pure=False)
+        futures[future] = part
+    return _collect(client, futures, env, bar), env
 
 
 def _collect(client: Any, futures: dict, env: dict, bar: Any) -> _Results:

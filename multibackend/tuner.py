@@ -743,20 +743,27 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
         raise InvalidArgument(f"tune: {'scheduler' if scheduler else 'gpus'} is "
                               f"{scheduler or gpus!r}: spreading a run needs Dask, which is "
                               "not installed (pip install \"multibackend[cluster]\")")
-    plan = _plan(shape_list, dtype_list, names, source, device, max_configs)
-    job = Job(plan.specs, [], device, _timer(timer, quick, mode), registry, max_workers, seed,
-              matmul)
-    bar = progress_bar(len(plan.items), progress)
-    try:
-        if (local is None and scheduler is None) or not plan.items:
-            results, measured_in = _run_here(plan, job, timeout_s, compile_timeout_s, bar)
-        else:
-            from . import cluster
+    startup = None
+    if local is not None or scheduler is not None:  # the workers start while this plans
+        from . import cluster
 
-            results, measured_in = cluster.run(plan, job, timeout_s, compile_timeout_s, bar,
-                                               scheduler=scheduler, gpus=local)
+        startup = cluster.Startup(scheduler, local, compile_timeout_s)
+    try:
+        plan = _plan(shape_list, dtype_list, names, source, device, max_configs)
+        job = Job(plan.specs, [], device, _timer(timer, quick, mode), registry, max_workers,
+                  seed, matmul)
+        bar = progress_bar(len(plan.items), progress)
+        try:
+            if startup is None or not plan.items:
+                results, measured_in = _run_here(plan, job, timeout_s, compile_timeout_s, bar)
+            else:
+                results, measured_in = cluster.run(plan, job, timeout_s, compile_timeout_s,
+                                                   bar, startup)
+        finally:
+            bar.close()
     finally:
-        bar.close()
+        if startup is not None:
+            startup.close()
     table = {**tuning.new_table(_entries(plan, results, mode)),
              "environment": measured_in or environment.fingerprint()}
     if progress is not None:
