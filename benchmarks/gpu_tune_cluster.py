@@ -13,7 +13,10 @@ tuning, writing the table)::
         --gpus G --out TABLE
 
 ``--quick``: at most 3 configs per backend, 10 timed runs each (the 64 shapes of the
-``validation`` suite in f16 and bf16: 128 problems, about 1300 candidates). In order:
+``validation`` suite in f16 and bf16: 128 problems, about 1300 candidates). With
+``--max-configs N`` the runs are ``tune --max-configs N`` instead: the same candidates for N =
+3, timed as a default ``tune`` times them (50 runs each), so the fixed costs of starting the
+workers weigh less against the work. In order:
 
 1. ``warmup`` (``--gpus all``): compiles every candidate's kernel into the user cache
    (CUTLASS libraries, raw WMMA cubins, Triton's cache), so that the timed runs compile
@@ -57,6 +60,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--suite", default="validation")
     p.add_argument("--dtype", action="append", dest="dtypes")
     p.add_argument("--limit", type=int, help="only the suite's first N shapes")
+    p.add_argument("--max-configs", type=int,
+                   help="tune --max-configs N (50 timed runs a candidate) instead of --quick")
     p.add_argument("--deadline-s", type=float, default=540.0,
                    help="seconds all the runs together may take (default 540); a run still "
                         "going then is stopped and recorded as such")
@@ -155,7 +160,9 @@ def main() -> int:
     dtypes = args.dtypes or ["float16", "bfloat16"]
     base = [sys.executable, "-m", "multibackend", "tune",
             *_shape_args(args.suite, args.limit),
-            *[arg for d in dtypes for arg in ("--dtype", d)], "--quick"]
+            *[arg for d in dtypes for arg in ("--dtype", d)],
+            *(["--quick"] if args.max_configs is None
+              else ["--max-configs", str(args.max_configs)])]
     result = {"suite": args.suite, "limit": args.limit, "dtypes": dtypes,
               "gpus_visible": len(gpus), "ratio_bound": RATIO_BOUND,
               "command": " ".join(base[1:] + ["--gpus", "{1|all}", "--out", "TABLE"]),

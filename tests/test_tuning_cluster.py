@@ -398,3 +398,10 @@ def test_the_benchmark_times_a_warmup_one_gpu_and_all_gpus_and_writes_its_verdic
     assert result["winners"]["counts"]["same"] == 1
     assert (tmp_path / "tuning_validation_2gpu.json").exists()
     assert not (tmp_path / "tuning_warmup.json").exists()
+    commands.clear()
+    monkeypatch.setattr(sys, "argv", ["gpu_tune_cluster.py", "--out-dir", str(tmp_path),
+                                      "--limit", "1", "--max-configs", "3", "--skip-warmup"])
+    assert script.main() == 0
+    assert [c[c.index("--gpus") + 1] for c in commands] == ["1", "all"]
+    assert all("--quick" not in c and c[c.index("--max-configs") + 1] == "3"
+               for c in commands)
