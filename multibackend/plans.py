@@ -273,10 +273,12 @@ def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
     :class:`multibackend.nn.Linear`."""
     try:
         found = _FAMILIES.get(_linear_key(backend, x, bias))
-        return found is not None and (
-            x.numel() < found[1] or weight.numel() < found[2]
-            or x.numel() // x.shape[-1] < found[3] or weight.shape[0] < found[4]
-            or weight.shape[1] < found[5])
+        if found is None:
+            return False
+        elements = x.numel()
+        return (elements < found[1] or weight.numel() < found[2]
+                or elements // x.shape[-1] < found[3] or weight.shape[0] < found[4]
+                or weight.shape[1] < found[5])
     except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
             ZeroDivisionError):
         return False
@@ -286,7 +288,7 @@ def remember_linear(x: Any, weight: Any, bias: Any, backend: Any, rows: Any, c: 
     """After a linear layer's product ran through ``matmul(rows, weight.mT, c)``: where that
     made a family plan (for a device tensor x, with a weight of x's dtype and, if any, a
     bias vector), :func:`linear` serves the layer's later calls by it."""
-    found = _FAMILIES.get(_torch_key(backend, rows, weight.mT, c))
+    found = _FAMILIES.get(_torch_key(backend, rows, weight, c))  # weight: weight.mT's key
     if found is not None and weight.dtype == x.dtype and (bias is None or bias.ndim == 1):
         remember_family(_linear_key(backend, x, bias), found[0], found[1:])
 
