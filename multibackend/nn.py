@@ -39,6 +39,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     below bounds these sizes are under (:func:`multibackend.plans.linear`), later calls are
     ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
     without building its views."""
+    return _linear(x, weight, bias, backend)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            backend: str | None) -> torch.Tensor:
+    """:func:`linear` with its arguments by position (the layer's hot path)."""
     traced = _compiling()
     if not traced and plans.linear(x, weight, bias, backend):
         try:
@@ -72,7 +78,12 @@ class Linear(torch.nn.Linear):
         self.backend = backend
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return linear(input, self.weight, self.bias, backend=self.backend)
+        params = self._parameters
+        try:  # read from the registry: ``self.weight`` is a Module.__getattr__ call
+            weight, bias = params["weight"], params["bias"]
+        except KeyError:  # parametrized, or replaced by a non-parameter attribute
+            weight, bias = self.weight, self.bias
+        return _linear(input, weight, bias, self.backend)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, backend={self.backend!r}"

@@ -134,6 +134,38 @@ def test_linear_names_its_backend():
     assert rel_err(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias)) <= 1e-5
 
 
+def test_linear_reads_a_parametrized_or_replaced_weight_as_torchs_layer_does(monkeypatch):
+    """The layer reads its parameters from the module's registry; a weight that lives
+    elsewhere (a parametrization, a plain tensor set after the parameter was deleted) is the
+    one it multiplies by, as torch's layer would."""
+    seen = []
+    matmul = api.matmul
+
+    def spy(A, B, C=None, **options):
+        seen.append(B.mT)
+        return matmul(A, B, C, **options)
+
+    monkeypatch.setattr("multibackend.nn.matmul", spy)
+    x = torch.rand(4, 7)
+
+    class Doubled(torch.nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    layer = mb.nn.Linear(7, 5)
+    torch.nn.utils.parametrize.register_parametrization(layer, "weight", Doubled())
+    want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert rel_err(layer(x), want) <= 1e-5
+    assert torch.equal(seen[-1], 2 * layer.parametrizations.weight.original)
+
+    bare = mb.nn.Linear(7, 5, bias=False)
+    replacement = torch.rand(5, 7)
+    del bare.weight
+    bare.weight = replacement
+    assert rel_err(bare(x), x @ replacement.T) <= 1e-5
+    assert seen[-1].data_ptr() == replacement.data_ptr()
+
+
 # -- patch and unpatch ----------------------------------------------------------------------
 
 def test_patch_swaps_every_linear_in_place_and_unpatch_restores_them():
