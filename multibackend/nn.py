@@ -9,7 +9,10 @@ broadcast over the rows (row stride 0), so the backend adds it in its epilogue. 
 torch.compile and autograd the product goes through the registered operator
 (:mod:`multibackend.torch_op`) like any other call. Once a layer's product has been planned
 and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.plans.linear`), later calls
-are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op.
+are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op. A
+layer keeps a memo of the plan that served it (:class:`multibackend.plans.LayerPlan`), checked
+by identity on each call, so that its repeated calls cost no more host time than torch's own
+layer.
 
 :func:`patch` turns every ``torch.nn.Linear`` of a model into :class:`Linear` in place (the same
 module objects, parameters, buffers and hooks: only their class changes, as
@@ -39,12 +42,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     below bounds these sizes are under (:func:`multibackend.plans.linear`), later calls are
     ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
     without building its views."""
-    return _linear(x, weight, bias, backend)
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-            backend: str | None) -> torch.Tensor:
-    """:func:`linear` with its arguments by position (the layer's hot path)."""
     traced = _compiling()
     if not traced and plans.linear(x, weight, bias, backend):
         try:
@@ -71,11 +68,14 @@ class Linear(torch.nn.Linear):
     ``backend`` ("auto" by default; see the module docstring)."""
 
     backend: str | None
+    #: the memo of the family plan that served the last call (plans.LayerPlan), or None
+    _served: Any
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Any = None, dtype: Any = None, *, backend: str | None = "auto") -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
         self.backend = backend
+        self._served: plans.LayerPlan | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         params = self._parameters
@@ -83,7 +83,18 @@ class Linear(torch.nn.Linear):
             weight, bias = params["weight"], params["bias"]
         except KeyError:  # parametrized, or replaced by a non-parameter attribute
             weight, bias = self.weight, self.bias
-        return _linear(input, weight, bias, self.backend)
+        backend = self.backend
+        if _compiling():
+            return _planned_linear(input, weight, bias, backend, True)
+        served = self._served
+        if served is None or not served.holds(input, weight, bias, backend):
+            served = self._served = plans.layer_plan(input, weight, bias, backend)
+        if served is not None:
+            try:
+                return _F_LINEAR(input, weight, bias)
+            except RuntimeError:  # refused (shapes, dtypes, devices): matmul words the error
+                pass
+        return _planned_linear(input, weight, bias, backend, False)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, backend={self.backend!r}"
@@ -105,6 +116,7 @@ def patch(model: torch.nn.Module, *, backend: str | None = "auto") -> torch.nn.M
         if type(module) in (torch.nn.Linear, Linear):
             module.__class__ = Linear
             module.backend = backend
+            module._served = None
     return model
 
 
@@ -115,5 +127,5 @@ def unpatch(model: torch.nn.Module) -> torch.nn.Module:
     for module in model.modules():
         if type(module) is Linear:
             module.__class__ = torch.nn.Linear
-            del module.backend
+            del module.backend, module._served
     return model

@@ -270,18 +270,90 @@ def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
     runs that product on cuBLAS, and ``torch.nn.functional.linear`` makes the layer's
     result, views and all, in one call (which refuses what matmul would: the caller then
     takes matmul's path, which words the error). The hot path of
-    :class:`multibackend.nn.Linear`."""
+    :func:`multibackend.nn.linear`."""
+    return _linear_family(x, weight, bias, backend) is not None
+
+
+def _linear_family(x: Any, weight: Any, bias: Any, backend: Any) -> tuple | None:
+    """The family plan :func:`linear` asks about, where it holds for these sizes."""
     try:
         found = _FAMILIES.get(_linear_key(backend, x, bias))
         if found is None:
-            return False
+            return None
         elements = x.numel()
-        return (elements < found[1] or weight.numel() < found[2]
+        if (elements < found[1] or weight.numel() < found[2]
                 or elements // x.shape[-1] < found[3] or weight.shape[0] < found[4]
-                or weight.shape[1] < found[5])
+                or weight.shape[1] < found[5]):
+            return found
     except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
             ZeroDivisionError):
-        return False
+        pass
+    return None
+
+
+def _stale() -> None:
+    """What a copied or unpickled :class:`LayerPlan` becomes: none (the copy plans afresh)."""
+    return None
+
+
+class LayerPlan:
+    """One layer's memo of the family plan that served its last call (:func:`layer_plan`):
+    the objects that call was served under — x's dtype and device, the weight and bias
+    themselves, the backend name, the watched environment's values and the tables'
+    generation — compared by identity on the next call (:meth:`holds`), and the plan's
+    bounds on x's size (its bounds on the weight's decided once). Cheaper than the family
+    key's lookup, which builds and hashes a tuple on every call; a layer inside a model pays
+    that in cache misses between its calls."""
+
+    __slots__ = ("dtype", "device", "weight", "bias", "backend", "environment", "generation",
+                 "weight_within", "elements", "rows")
+
+    def __init__(self, x: Any, weight: Any, bias: Any, backend: Any, found: tuple) -> None:
+        get = _ENVIRON.get
+        self.dtype, self.device = x.dtype, x.get_device()
+        self.weight, self.bias, self.backend = weight, bias, backend
+        self.environment = (get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY))
+        self.generation = _GENERATION[0]
+        self.weight_within = (weight.numel() < found[2] or weight.shape[0] < found[4]
+                              or weight.shape[1] < found[5])
+        self.elements, self.rows = found[1], found[3]
+
+    def holds(self, x: Any, weight: Any, bias: Any, backend: Any) -> bool:
+        """Whether this call is served as the one the memo was made for: the same objects
+        (a changed environment variable is a new value object), and x within the bounds."""
+        get = _ENVIRON.get
+        environment = self.environment
+        try:
+            if not (x.dtype is self.dtype and weight is self.weight and bias is self.bias
+                    and backend is self.backend and get(_BACKEND_KEY) is environment[0]
+                    and get(_TUNING_KEY) is environment[1]
+                    and get(_AUTOTUNE_KEY) is environment[2]
+                    and _GENERATION[0] == self.generation and x.get_device() == self.device):
+                return False
+            if self.weight_within:
+                return True
+            elements = x.numel()
+            return elements < self.elements or elements // x.shape[-1] < self.rows
+        except (RuntimeError, TypeError, AttributeError, IndexError, ZeroDivisionError):
+            return False
+
+    def __reduce__(self) -> tuple:
+        return _stale, ()
+
+    def __deepcopy__(self, memo: dict) -> None:
+        return None
+
+
+def layer_plan(x: Any, weight: Any, bias: Any, backend: Any) -> LayerPlan | None:
+    """A layer's memo (:class:`LayerPlan`) where the family plan of its product holds for
+    this call (:func:`linear`), else None."""
+    found = _linear_family(x, weight, bias, backend)
+    if found is None or not isinstance(_ENVIRON, dict):
+        return None
+    try:
+        return LayerPlan(x, weight, bias, backend, found)
+    except (RuntimeError, TypeError, AttributeError, IndexError):
+        return None
 
 
 def remember_linear(x: Any, weight: Any, bias: Any, backend: Any, rows: Any, c: Any) -> None:

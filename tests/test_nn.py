@@ -306,3 +306,57 @@ def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
     plans.remember_linear(x, weight.double(), bias, "auto", rows, c)
     assert not plans.linear(x, weight.double(), bias, "auto"), "a float64 weight"
     plans.forget()
+
+
+def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_under_changes(
+        monkeypatch):
+    """A layer whose product has a family plan keeps a memo of it (plans.LayerPlan) and calls
+    torch's own linear while x's dtype, the weight and bias objects, the backend, the watched
+    environment and the tables' generation are those it was made under and x is within the
+    plan's bounds; any change plans again. A copied or pickled layer starts without one."""
+    import copy
+    import pickle
+
+    from multibackend import nn as mb_nn
+    from multibackend import plans
+
+    plans.forget()
+    served = []
+    linear = mb_nn._F_LINEAR
+
+    def recording(*args):
+        served.append(args[0].shape)
+        return linear(*args)
+
+    monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
+    monkeypatch.delenv("MULTIBACKEND_BACKEND", raising=False)
+    layer = mb.nn.Linear(16, 8)
+    x = torch.rand(2, 5, 16)
+    want = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert rel_err(layer(x), want) <= 1e-5 and not served and layer._served is None
+    plans.remember_family(plans._linear_key("auto", x, layer.bias), torch.addmm,
+                          (0, 0, 12, 0, 0))  # M below 12
+    assert rel_err(layer(x), want) <= 1e-5 and served == [(2, 5, 16)]
+    memo = layer._served
+    assert isinstance(memo, plans.LayerPlan) and memo.holds(x, layer.weight, layer.bias, "auto")
+    layer(x[0])
+    assert len(served) == 2 and layer._served is memo, "the memo served it"
+    assert not memo.holds(torch.rand(3, 5, 16), layer.weight, layer.bias, "auto"), "M = 15"
+    assert not memo.holds(x.double(), layer.weight, layer.bias, "auto")
+    assert not memo.holds(x, layer.weight.clone(), layer.bias, "auto")
+    assert not memo.holds(x, layer.weight, None, "auto")
+    assert not memo.holds(x, layer.weight, layer.bias, "triton")
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "auto")
+    assert not memo.holds(x, layer.weight, layer.bias, "auto"), "an environment variable set"
+    monkeypatch.delenv("MULTIBACKEND_BACKEND")
+    assert memo.holds(x, layer.weight, layer.bias, "auto")
+    plans._GENERATION[0] += 1
+    try:
+        assert not memo.holds(x, layer.weight, layer.bias, "auto"), "the tables changed"
+        layer(x)  # another family key now: matmul's path, and no memo
+        assert len(served) == 2 and layer._served is None
+    finally:
+        plans._GENERATION[0] -= 1
+    for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
+        assert other._served is None
+    plans.forget()
