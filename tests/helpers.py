@@ -1,4 +1,5 @@
-"""Operand factories for tests: fresh random data of every dtype, and poisoned outputs."""
+"""Operand factories for tests: fresh random data of every dtype, and poisoned outputs; a
+recorder of the calls a Linear layer makes to torch's own linear."""
 from __future__ import annotations
 
 import torch
@@ -24,3 +25,19 @@ def poisoned(shape, dtype: torch.dtype, device="cpu"):
     out = torch.empty(shape, dtype=dtype, device=device)
     poison(out)
     return out
+
+
+def record_torchs_linear(monkeypatch) -> list:
+    """The input shapes of every call :class:`multibackend.nn.Linear` makes to
+    ``torch.nn.functional.linear`` from now on (the list fills as the layers run)."""
+    from multibackend import nn as mb_nn
+
+    shapes = []
+    linear = mb_nn._F_LINEAR
+
+    def recording(*args):
+        shapes.append(args[0].shape)
+        return linear(*args)
+
+    monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
+    return shapes

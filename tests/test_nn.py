@@ -13,6 +13,7 @@ import torch
 import multibackend as mb
 from multibackend import api, torch_op
 from multibackend.errors import InvalidType
+from tests.helpers import record_torchs_linear
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="CPU tier: runs the interpreter on host tensors")
@@ -317,18 +318,10 @@ def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_und
     import copy
     import pickle
 
-    from multibackend import nn as mb_nn
     from multibackend import plans
 
     plans.forget()
-    served = []
-    linear = mb_nn._F_LINEAR
-
-    def recording(*args):
-        served.append(args[0].shape)
-        return linear(*args)
-
-    monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
+    served = record_torchs_linear(monkeypatch)
     monkeypatch.delenv("MULTIBACKEND_BACKEND", raising=False)
     layer = mb.nn.Linear(16, 8)
     x = torch.rand(2, 5, 16)

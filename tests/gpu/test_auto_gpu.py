@@ -11,6 +11,7 @@ import multibackend as mb  # noqa: E402
 from multibackend import reference  # noqa: E402
 from multibackend.registry import REGISTRY  # noqa: E402
 from multibackend.request import matmul_call  # noqa: E402
+from tests.helpers import record_torchs_linear  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -258,14 +259,8 @@ def test_repeated_linear_calls_are_torchs_linear(monkeypatch, bias):
     from multibackend import plans
 
     plans.forget()
-    made = []
     linear = mb_nn._F_LINEAR
-
-    def recording(*args):
-        made.append(args[0].shape)
-        return linear(*args)
-
-    monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
+    made = record_torchs_linear(monkeypatch)
     layer = mb.nn.Linear(128, 96, bias=bias, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         for shape in ((2, 33, 128), (70, 128)):
