@@ -291,6 +291,10 @@ def _linear_family(x: Any, weight: Any, bias: Any, backend: Any) -> tuple | None
     return None
 
 
+#: how many times :func:`forget` ran: a layer's memo made before the last time is stale
+_FORGOTTEN = [0]
+
+
 def _stale() -> None:
     """What a copied or unpickled :class:`LayerPlan` becomes: none (the copy plans afresh)."""
     return None
@@ -299,21 +303,21 @@ def _stale() -> None:
 class LayerPlan:
     """One layer's memo of the family plan that served its last call (:func:`layer_plan`):
     the objects that call was served under — x's dtype and device, the weight and bias
-    themselves, the backend name, the watched environment's values and the tables'
-    generation — compared by identity on the next call (:meth:`holds`), and the plan's
+    themselves, the backend name, the watched environment's values, the tables'
+    generation and how many times :func:`forget` ran — compared by identity on the next call (:meth:`holds`), and the plan's
     bounds on x's size (its bounds on the weight's decided once). Cheaper than the family
     key's lookup, which builds and hashes a tuple on every call; a layer inside a model pays
     that in cache misses between its calls."""
 
     __slots__ = ("dtype", "device", "weight", "bias", "backend", "environment", "generation",
-                 "weight_within", "elements", "rows")
+                 "forgotten", "weight_within", "elements", "rows")
 
     def __init__(self, x: Any, weight: Any, bias: Any, backend: Any, found: tuple) -> None:
         get = _ENVIRON.get
         self.dtype, self.device = x.dtype, x.get_device()
         self.weight, self.bias, self.backend = weight, bias, backend
         self.environment = (get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY))
-        self.generation = _GENERATION[0]
+        self.generation, self.forgotten = _GENERATION[0], _FORGOTTEN[0]
         self.weight_within = (weight.numel() < found[2] or weight.shape[0] < found[4]
                               or weight.shape[1] < found[5])
         self.elements, self.rows = found[1], found[3]
@@ -328,7 +332,8 @@ class LayerPlan:
                     and backend is self.backend and get(_BACKEND_KEY) is environment[0]
                     and get(_TUNING_KEY) is environment[1]
                     and get(_AUTOTUNE_KEY) is environment[2]
-                    and _GENERATION[0] == self.generation and x.get_device() == self.device):
+                    and _GENERATION[0] == self.generation
+                    and _FORGOTTEN[0] == self.forgotten and x.get_device() == self.device):
                 return False
             if self.weight_within:
                 return True
@@ -416,6 +421,8 @@ def remember(plan_key: tuple, plan: Plan) -> None:
 
 
 def forget() -> None:
-    """Drop every remembered plan (after the registry or environment changed)."""
+    """Drop every remembered plan (after the registry or environment changed), layers'
+    memos included."""
     _PLANS.clear()
     _FAMILIES.clear()
+    _FORGOTTEN[0] += 1

@@ -350,6 +350,11 @@ def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_und
         assert len(served) == 2 and layer._served is None
     finally:
         plans._GENERATION[0] -= 1
+    layer(x)
+    memo = layer._served
+    assert memo is not None and memo.holds(x, layer.weight, layer.bias, "auto")
+    plans.forget()
+    assert not memo.holds(x, layer.weight, layer.bias, "auto"), "plans forgotten"
     for other in (copy.deepcopy(layer), pickle.loads(pickle.dumps(layer))):
         assert other._served is None
     plans.forget()
