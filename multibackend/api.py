@@ -115,13 +115,8 @@ def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     """
     if A.__class__ is _TENSOR and not _compiling():
         # a repeated plain call on torch tensors: its family plan, looked up at once
-        if not options:
-            done = _PLAIN(A, B, C, "auto")
-        elif len(options) == 1 and "backend" in options:
-            done = _PLAIN(A, B, C, options["backend"])
-        else:
-            done = plans.MISS
-        if done is not plans.MISS:
+        done = _served(A, B, C, options)
+        if done is not _MISS:
             return done
     return _matmul(A, B, C, **options)
 
@@ -228,7 +223,17 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
 #: the types alpha and beta may have in a plan's key: anything else (bool, which is refused;
 #: NumPy scalars and 0-d arrays) takes the full path
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
-_PLAIN = plans.plain
+_MISS = plans.MISS
+
+
+def _served(A: Any, B: Any, C: Any, options: dict) -> Any:
+    """The front of a repeated plain call on torch tensors (:func:`plans.front`), chosen on
+    the first call (which loads, or builds, the compiled one) and bound here for the next."""
+    global _served
+    _served = plans.front()
+    return _served(A, B, C, options)
+
+
 #: help() and IDEs show matmul's keywords, which it passes on to the full path
 matmul.__signature__ = inspect.signature(_matmul)
 

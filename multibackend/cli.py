@@ -26,7 +26,7 @@ DOT_SIZES_CPU = (1, 1000, 4099)
 
 
 def cmd_info(_args: argparse.Namespace) -> int:
-    from . import environment
+    from . import environment, fastcall
     from .registry import REGISTRY
 
     gpu = environment.gpu()
@@ -42,6 +42,8 @@ def cmd_info(_args: argparse.Namespace) -> int:
         state = "available" if reason is None else f"unavailable: {reason.message} " \
                                                    f"(rule: {reason.rule})"
         print(f"  {name:<9} {state}")
+    fastcall.load()  # built here (once per torch and Python) unless turned off
+    print(f"compiled call front: {fastcall.status()}")
     return 0
 
 
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="GPU matmul/dot across raw WMMA, Triton "
                                                  "and CUTLASS, checked against cuBLAS")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="GPU, versions, and each backend's availability")
+    sub.add_parser("info", help="GPU, versions, each backend's availability, and the "
+                              "compiled call front (built here if need be)")
     check = sub.add_parser("check", help="cross-check every backend vs float64 and cuBLAS")
     check.add_argument("--json", help="also write the reports to this JSON file")
     check.add_argument("--shapes", type=int, default=0,

@@ -18,7 +18,7 @@ from typing import Any
 
 from multibackend.backends.base import Operands
 
-from . import tuning
+from . import fastcall, tuning
 from .arrays import caller_stream, is_current, on_stream, to_kind
 from .autotune import ENV_AUTOTUNE
 from .dispatch import ENV_BACKEND, Decision
@@ -237,6 +237,57 @@ def family_key(options: tuple, a: Any, b: Any, c: Any = None) -> tuple | None:
     return None
 
 
+def served(a: Any, b: Any, c: Any, options: dict) -> Any:
+    """The result of ``matmul(a, b, c, **options)`` on torch tensors made by its family plan
+    where the call is plain (``options`` empty or only ``backend``), else :data:`MISS`: the
+    Python front of a repeated call (:func:`front`)."""
+    if not options:
+        return plain(a, b, c, "auto")
+    if len(options) == 1 and "backend" in options:
+        return plain(a, b, c, options["backend"])
+    return MISS
+
+
+#: the compiled front (:mod:`multibackend.fastcall`) once bound, else None
+_COMPILED: list = [None]
+
+
+def front() -> Any:
+    """The function serving a repeated plain call on torch tensors, ``(A, B, C, options)`` to
+    D or :data:`MISS`: the compiled one, bound to this module's families, environment and
+    tables, where it loads (it serves calls without C itself and hands calls with C to
+    :func:`served`); else :func:`served`. Loads torch (and may build the compiled front)."""
+    module = _COMPILED[0]
+    if module is None:
+        module = fastcall.load() if isinstance(_ENVIRON, dict) else None
+        if module is None:
+            return served
+        bind(module)
+        _COMPILED[0] = module
+        for fam_key, found in list(_FAMILIES.items()):
+            _hand_over(fam_key, found)
+    return module.serve
+
+
+def bind(module: Any) -> None:
+    """Bind the compiled front to this module's Python front, MISS, environment and tables."""
+    module.bind(served, MISS, _ENVIRON, (_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY), _GENERATION)
+
+
+def _hand_over(fam_key: tuple, found: tuple) -> None:
+    """Give the compiled front a family plan it can serve: a plain call's on torch tensors
+    (key of :func:`_torch_key`, without C) made by ``torch.mm`` or ``torch.matmul``."""
+    module, torch = _COMPILED[0], sys.modules.get("torch")
+    if module is None or torch is None or len(fam_key) != 10 or not isinstance(fam_key[0], str):
+        return
+    op = {torch.mm: "mm", torch.matmul: "matmul"}.get(found[0])
+    if op is None or not isinstance(fam_key[1], torch.dtype):
+        return
+    backend, a_dtype, b_dtype, a_ndim, b_ndim, device, *environment, generation = fam_key
+    module.remember(backend, a_dtype, b_dtype, a_ndim, b_ndim, device, tuple(environment),
+                    generation, op, tuple(found[1:6]))
+
+
 def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
     """The result of a plain call ``matmul(a, b, c, backend=backend)`` on torch tensors
     made by its family plan, or :data:`MISS` where none holds (or the op refused the
@@ -407,7 +458,8 @@ family = _FAMILIES.get
 def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, ...]) -> None:
     if len(_FAMILIES) >= LIMIT:
         _FAMILIES.clear()
-    _FAMILIES[fam_key] = (produce, *limits)
+    _FAMILIES[fam_key] = found = (produce, *limits)
+    _hand_over(fam_key, found)
 
 
 def lookup(plan_key: tuple) -> Plan | None:
@@ -426,3 +478,5 @@ def forget() -> None:
     _PLANS.clear()
     _FAMILIES.clear()
     _FORGOTTEN[0] += 1
+    if _COMPILED[0] is not None:
+        _COMPILED[0].forget()

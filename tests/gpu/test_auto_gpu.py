@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import reference  # noqa: E402
+from multibackend import fastcall, reference  # noqa: E402
 from multibackend.registry import REGISTRY  # noqa: E402
 from multibackend.request import matmul_call  # noqa: E402
 from tests.helpers import record_torchs_linear  # noqa: E402
@@ -197,6 +197,13 @@ def test_repeated_plain_calls_take_the_shortest_path(backend):
     assert plans.plain(a, b, None, "auto" if backend == "auto" else backend) is not plans.MISS
     again = mb.matmul(a, b, **options)
     assert torch.equal(first, again) and torch.equal(again, torch.mm(a, b))
+    compiled = plans._COMPILED[0] if plans.front() is not plans.served else None
+    if fastcall.compiler() is not None:
+        assert compiled is not None, fastcall.status()
+    if compiled is not None:  # the compiled front serves names it was handed
+        served = compiled.stats()[1]
+        assert torch.equal(mb.matmul(a, b, **options), again)
+        assert compiled.stats()[1] == served + (backend is not None)
     assert plans.plain(a.cpu(), b.cpu(), None, "auto") is plans.MISS
     assert plans.plain(a, b, None, "triton") is plans.MISS  # never planned under that name
     with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):

@@ -1,0 +1,236 @@
+"""CPU tier for the compiled front of a repeated plain matmul (multibackend/fastcall.cpp):
+it is built by the C++ compiler against the installed torch, and serves exactly the calls its
+family plans cover, on tensors of the host (a family made here for device -1, which dispatch
+itself never makes: it computes host tensors on the GPU); everything else is answered MISS, or
+for a call with C handed to the Python front. Its build's failure is recorded, not retried."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import fastcall, plans
+from multibackend.dispatch import ENV_BACKEND
+
+INF = float("inf")
+
+pytestmark = pytest.mark.skipif(fastcall.compiler() is None,
+                                reason="no C++ compiler ($CXX, c++ or g++) to build the front")
+
+
+@pytest.fixture
+def front():
+    """The compiled module bound to plans' families (none of them the host's), and the
+    function serving (A, B, C, options); every family is dropped afterwards."""
+    serve = plans.front()
+    module = plans._COMPILED[0]
+    assert module is not None, fastcall.status()
+    assert serve is module.serve
+    yield module, serve
+    module.forget()
+
+
+def host_family(module, op="mm", bounds=(INF,) * 5, backend="auto", dtype=torch.float32,
+                ranks=(2, 2)):
+    """Hand the module a family of host tensors, made under the current environment."""
+    get = plans._ENVIRON.get
+    environment = (get(plans._BACKEND_KEY), get(plans._TUNING_KEY), get(plans._AUTOTUNE_KEY))
+    module.remember(backend, dtype, dtype, *ranks, -1, environment, plans._GENERATION[0], op,
+                    bounds)
+
+
+def small_ints(*shape, dtype=torch.float32):
+    return torch.randint(-3, 4, shape, generator=torch.Generator().manual_seed(sum(shape)),
+                         dtype=torch.int32).to(dtype).add_(0.5)
+
+
+def served_count(module) -> int:
+    return module.stats()[1]
+
+
+def test_it_builds_and_loads_into_the_user_cache():
+    module = fastcall.load()
+    assert module is not None, fastcall.status()
+    assert fastcall.status().startswith("compiled (")
+    library = fastcall._paths(fastcall.library_key())[0]
+    assert library.is_file() and library.parent.parent == fastcall.cache.cache_root()
+
+
+def test_a_served_call_is_torchs_op_exactly(front):
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(37, 19), small_ints(19, 23)
+    before = served_count(module)
+    d = serve(a, b, None, {})
+    assert served_count(module) == before + 1
+    assert torch.equal(d, torch.mm(a, b))
+    assert torch.equal(mb.matmul(a, b), torch.mm(a, b))  # the public call through the front
+    assert served_count(module) == before + 2
+
+
+def test_a_batched_family_runs_torch_matmul(front):
+    module, serve = front
+    host_family(module, op="matmul", ranks=(3, 2))
+    a, b = small_ints(3, 9, 5), small_ints(5, 4)
+    assert torch.equal(serve(a, b, None, {}), torch.matmul(a, b))
+    assert serve(small_ints(9, 5), b, None, {}) is plans.MISS  # rank 2: another family
+
+
+def test_sizes_past_every_bound_are_not_served(front):
+    module, serve = front
+    host_family(module, bounds=(100, 100, 10, 10, 10))
+    assert serve(small_ints(9, 20), small_ints(20, 20), None, {}) is not plans.MISS  # M < 10
+    assert serve(small_ints(5, 5), small_ints(5, 30), None, {}) is not plans.MISS  # 25 < 100
+    assert serve(small_ints(20, 20), small_ints(20, 20), None, {}) is plans.MISS
+
+
+def test_the_backend_asked_for_and_other_options_decide(front):
+    module, serve = front
+    host_family(module, backend="cublas")
+    a, b = small_ints(6, 7), small_ints(7, 8)
+    assert torch.equal(serve(a, b, None, {"backend": "cublas"}), torch.mm(a, b))
+    assert serve(a, b, None, {}) is plans.MISS  # "auto" has no family here
+    assert serve(a, b, None, {"backend": "triton"}) is plans.MISS
+    assert serve(a, b, None, {"backend": "cublas", "alpha": 2.0}) is plans.MISS
+    assert serve(a, b, None, {"alpha": 1.0}) is plans.MISS
+
+
+def test_other_dtypes_ranks_and_tensor_kinds_are_not_served(front):
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(6, 7), small_ints(7, 8)
+    assert serve(a.double(), b.double(), None, {}) is plans.MISS
+    assert serve(a, b.double(), None, {}) is plans.MISS
+    assert serve(a[0], b, None, {}) is plans.MISS
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert serve(a.as_subclass(Sub), b, None, {}) is plans.MISS
+
+
+def test_a_torch_function_mode_is_left_to_torchs_own_dispatch(front):
+    module, serve = front
+    host_family(module)
+    seen = []
+
+    class Recording(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    a, b = small_ints(6, 7), small_ints(7, 8)
+    with Recording():
+        assert serve(a, b, None, {}) is plans.MISS
+    assert serve(a, b, None, {}) is not plans.MISS
+
+
+def test_a_refused_product_is_a_miss_not_an_error(front):
+    module, serve = front
+    host_family(module)
+    assert serve(small_ints(6, 7), small_ints(8, 8), None, {}) is plans.MISS
+    with pytest.raises(mb.InvalidArgument, match="inner dimensions"):
+        mb.matmul(small_ints(6, 7), small_ints(8, 8))  # the full path words it
+
+
+def test_a_changed_environment_or_table_generation_is_not_served(front, monkeypatch):
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(6, 7), small_ints(7, 8)
+    monkeypatch.setenv(ENV_BACKEND, "triton")
+    assert serve(a, b, None, {}) is plans.MISS
+    monkeypatch.delenv(ENV_BACKEND)
+    assert serve(a, b, None, {}) is not plans.MISS  # the value it was made under, again
+    plans._GENERATION[0] += 1  # what loading or clearing a table does
+    assert serve(a, b, None, {}) is plans.MISS
+
+
+def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
+    module, serve = front
+    host_family(module)
+    calls = []
+
+    def recording(a, b, c, options):
+        calls.append((a, b, c, options))
+        return "python front"
+
+    module.bind(recording, plans.MISS, plans._ENVIRON,
+                (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY), plans._GENERATION)
+    try:
+        a, b, c = small_ints(6, 7), small_ints(7, 8), small_ints(6, 8)
+        assert serve(a, b, c, {"backend": "auto"}) == "python front"
+        assert calls == [(a, b, c, {"backend": "auto"})]
+        assert serve(a, b, None, {}) is not plans.MISS  # its families kept
+    finally:
+        plans.bind(module)
+
+
+def test_families_handed_over_by_plans_and_forgotten_with_them(front):
+    module, _ = front
+    get = plans._ENVIRON.get
+    environment = (get(plans._BACKEND_KEY), get(plans._TUNING_KEY), get(plans._AUTOTUNE_KEY))
+    key = ("auto", torch.float16, torch.float16, 2, 2, 0, *environment, plans._GENERATION[0])
+    plans.remember_family(key, torch.mm, (INF, INF, 64, 64, 64))
+    assert module.stats()[0] == 1
+    plans.remember_family(key, torch.mm, (INF, INF, 32, 32, 32))  # made again: replaced
+    assert module.stats()[0] == 1
+    plans.remember_family(("auto",) + key[1:5] + (1,) + key[6:], lambda a, b: a, (INF,) * 5)
+    assert module.stats()[0] == 1  # not torch's op: only the Python front serves it
+    plans.forget()
+    assert module.stats()[0] == 0 and not plans._FAMILIES
+
+
+def test_served_calls_leak_no_references(front):
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(4, 4), small_ints(4, 4)
+    counts = sys.getrefcount(a), sys.getrefcount(b), sys.getrefcount(plans.MISS)
+    for _ in range(1000):
+        d = serve(a, b, None, {})
+        serve(a, b.double(), None, {})
+    assert (sys.getrefcount(a), sys.getrefcount(b), sys.getrefcount(plans.MISS)) == counts
+    assert sys.getrefcount(d) == 2  # d, and getrefcount's argument
+
+
+def test_wrong_arguments_to_remember_say_what_is_wrong(front):
+    module, _ = front
+    with pytest.raises(ValueError, match="op is 'gemm'"):
+        module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "gemm",
+                        (INF,) * 5)
+    with pytest.raises(ValueError, match="3 values and bounds 5"):
+        module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "mm",
+                        (INF,) * 4)
+    with pytest.raises(TypeError, match="bound m"):
+        module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "mm",
+                        (INF, INF, "64", 1, 1))
+    with pytest.raises(TypeError, match="serve takes"):
+        module.serve(1, 2)
+
+
+def test_turned_off_every_call_takes_the_python_front(monkeypatch):
+    monkeypatch.setenv(fastcall.ENV, "0")
+    assert fastcall.load() is None
+    assert fastcall.status() == f"off (${fastcall.ENV}=0)"
+    monkeypatch.setattr(plans, "_COMPILED", [None])  # a process whose first call is to come
+    assert plans.front() is plans.served
+
+
+def test_a_failed_build_is_recorded_and_not_retried(monkeypatch, tmp_path):
+    counter = tmp_path / "runs"
+    failing = tmp_path / "failing-cxx"
+    failing.write_text(f"#!/bin/sh\necho run >> {counter}\necho 'no such header' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(failing))
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    assert fastcall.load() is None
+    assert "build failed" in fastcall.status()
+    record = fastcall._paths(fastcall.library_key())[1]
+    assert "no such header" in record.read_text()
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    assert fastcall.load() is None  # a new process: the record stands
+    assert "failed before" in fastcall.status()
+    assert counter.read_text().count("run") == 1
+    assert not [p for p in record.parent.iterdir() if p.suffix == ".so"]
