@@ -19,6 +19,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <climits>
+#include <cmath>
 #include <vector>
 
 namespace {
@@ -150,17 +151,21 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return THPVariable_Wrap(std::move(d));
 }
 
+// A size bound as the integer sizes are compared with: x < v exactly when x < ceil(v).
 int64_t bound(PyObject* value, const char* what, bool* ok) {
   if (PyFloat_Check(value)) {
     const double v = PyFloat_AS_DOUBLE(value);
-    if (v > 0 && Py_IS_INFINITY(v)) return LLONG_MAX;
+    if (v >= 0 && v >= static_cast<double>(LLONG_MAX)) return LLONG_MAX;  // +inf among them
+    if (v >= 0) return static_cast<int64_t>(std::ceil(v));
+  } else if (PyLong_Check(value)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow > 0) return LLONG_MAX;
+    if (overflow == 0 && v >= 0) return v;
   }
-  const long long v = PyLong_AsLongLong(value);
-  if (v == -1 && PyErr_Occurred()) {
-    PyErr_Format(PyExc_TypeError, "remember: bound %s must be an int or +inf", what);
-    *ok = false;
-  }
-  return v;
+  PyErr_Format(PyExc_TypeError, "remember: bound %s is %R: expected a number >= 0", what, value);
+  *ok = false;
+  return 0;
 }
 
 // remember(backend, a_dtype, b_dtype, a_dim, b_dim, device, environment (3-tuple of values or

@@ -86,6 +86,15 @@ def test_sizes_past_every_bound_are_not_served(front):
     assert serve(small_ints(20, 20), small_ints(20, 20), None, {}) is plans.MISS
 
 
+def test_a_fractional_bound_is_compared_as_the_python_front_compares_it(front):
+    module, serve = front
+    host_family(module, bounds=(0.0, 0.0, 10.5, 0, 0))
+    assert serve(small_ints(10, 3), small_ints(3, 3), None, {}) is not plans.MISS  # 10 < 10.5
+    assert serve(small_ints(11, 3), small_ints(3, 3), None, {}) is plans.MISS
+    host_family(module, bounds=(0, 0, 2 ** 70, 0, 0))  # past int64: no bound
+    assert serve(small_ints(11, 3), small_ints(3, 3), None, {}) is not plans.MISS
+
+
 def test_the_backend_asked_for_and_other_options_decide(front):
     module, serve = front
     host_family(module, backend="cublas")
@@ -202,9 +211,10 @@ def test_wrong_arguments_to_remember_say_what_is_wrong(front):
     with pytest.raises(ValueError, match="3 values and bounds 5"):
         module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "mm",
                         (INF,) * 4)
-    with pytest.raises(TypeError, match="bound m"):
-        module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "mm",
-                        (INF, INF, "64", 1, 1))
+    for wrong in ("64", -1, -0.5, float("nan")):
+        with pytest.raises(TypeError, match="bound m is .*: expected a number >= 0"):
+            module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0,
+                            "mm", (INF, INF, wrong, 1, 1))
     with pytest.raises(TypeError, match="serve takes"):
         module.serve(1, 2)
 
