@@ -126,9 +126,9 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
             backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
-    plain = (out is None and beta is None and type(alpha) is float and alpha == 1
-             and out_dtype is None and acc_dtype is None and precision is None
-             and saturate is False and dtype is None and config is None and autotune is None)
+    defaults = _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate, dtype,
+                            config)
+    plain = defaults and autotune is None
     if _compiling():  # torch.compile traces torch's own op or the registered operator
         from . import torch_op
 
@@ -162,7 +162,21 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
                       backend=name, config=chosen)
 
     direct = out is None and (C is None or (call.squeeze and getattr(C, "ndim", 2) == 2))
-    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct)
+    exact = None  # a call with one option (or none) and no C: its plan may go to the front
+    if C is None and fast[1] is not None:
+        if plain:
+            exact = ("backend", backend), A, B
+        elif defaults and backend == "auto":
+            exact = ("autotune", autotune), A, B
+    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct, exact)
+
+
+def _at_defaults(alpha: Any, beta: Any, out: Any, out_dtype: Any, acc_dtype: Any,
+                 precision: Any, saturate: Any, dtype: Any, config: Any) -> bool:
+    """Whether every keyword but ``backend`` and ``autotune`` is at its default."""
+    return (out is None and beta is None and type(alpha) is float and alpha == 1
+            and out_dtype is None and acc_dtype is None and precision is None
+            and saturate is False and dtype is None and config is None)
 
 
 # -- models: torch.compile and autograd go through the registered operator (torch_op.py) --
@@ -311,11 +325,12 @@ def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
 
 def _dispatch_and_run(call: Call, backend: str | None, config: Any,
                       keys: tuple = (None, None), rerun: Any = None, autotune: Any = None,
-                      direct: bool = False) -> Any:
+                      direct: bool = False, exact: tuple | None = None) -> Any:
     """Validate, decide, run and remember the call's plan under ``keys`` (the plan's and
     its shape-free family's, see :func:`_planned`). ``direct``: the caller's arrays, as
     given, can go to a backend's own producing call (no ``out``; C, if any, 2-D with 2-D A
-    and B)."""
+    and B). ``exact``: (the call's one option as (name, value), A, B) where the compiled
+    front may serve its plan (:func:`multibackend.plans.hand_over_exact`)."""
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     if _trivial(call):
@@ -329,6 +344,8 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
         plan = plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
                              call.operands.alpha, call.operands.beta, direct)
         plans.remember(plan_key, plan)
+        if exact is not None and plan.produce is not None and call.kind == "torch":
+            plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
         if fam_key is not None and plan.produce is not None:
             limits = shape_free(call.problem, decision, mode)
             if limits is not None:

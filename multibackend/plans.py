@@ -277,15 +277,37 @@ def bind(module: Any) -> None:
 def _hand_over(fam_key: tuple, found: tuple) -> None:
     """Give the compiled front a family plan it can serve: a plain call's on torch tensors
     (key of :func:`_torch_key`, without C) made by ``torch.mm`` or ``torch.matmul``."""
-    module, torch = _COMPILED[0], sys.modules.get("torch")
-    if module is None or torch is None or len(fam_key) != 10 or not isinstance(fam_key[0], str):
-        return
-    op = {torch.mm: "mm", torch.matmul: "matmul"}.get(found[0])
-    if op is None or not isinstance(fam_key[1], torch.dtype):
+    module, op = _COMPILED[0], _torch_op(found[0])
+    if module is None or op is None or len(fam_key) != 10 or not isinstance(fam_key[0], str):
         return
     backend, a_dtype, b_dtype, a_ndim, b_ndim, device, *environment, generation = fam_key
     module.remember(backend, a_dtype, b_dtype, a_ndim, b_ndim, device, tuple(environment),
                     generation, op, tuple(found[1:6]))
+
+
+def hand_over_exact(word: tuple[str, Any], a: Any, b: Any, produce: Any) -> None:
+    """Give the compiled front a plan just made for a call with one option ``word`` (name,
+    value: ``("backend", name)`` for a plain call, ``("autotune", mode)`` for an autotuned
+    one) on torch tensors exactly like ``a`` and ``b`` (dtype, sizes, strides, device, pointer
+    offset within 256 bytes), made by ``torch.mm`` or ``torch.matmul`` (``produce``); it then
+    serves such calls under the environment and tables of now."""
+    module, op = _COMPILED[0], _torch_op(produce)
+    torch = sys.modules.get("torch")
+    if module is None or op is None or not isinstance(word[0], str):
+        return
+    if a.__class__ is not torch.Tensor or b.__class__ is not torch.Tensor:
+        return
+    module.remember_exact(word[0], word[1], a, b, _watched_environment(), _GENERATION[0], op)
+
+
+def _torch_op(produce: Any) -> str | None:
+    """"mm" or "matmul" where ``produce`` is ``torch.mm`` or ``torch.matmul``, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    if produce is torch.mm:
+        return "mm"
+    return "matmul" if produce is torch.matmul else None
 
 
 def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:

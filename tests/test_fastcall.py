@@ -1,6 +1,6 @@
-"""CPU tier for the compiled front of a repeated plain matmul (multibackend/fastcall.cpp):
-it is built by the C++ compiler against the installed torch, and serves exactly the calls its
-family plans cover, on tensors of the host (a family made here for device -1, which dispatch
+"""CPU tier for the compiled front of a repeated matmul (multibackend/fastcall.cpp): it is
+built by the C++ compiler against the installed torch, and serves exactly the calls its family
+and exact plans cover, on tensors of the host (plans made here for device -1, which dispatch
 itself never makes: it computes host tensors on the GPU); everything else is answered MISS, or
 for a call with C handed to the Python front. Its build's failure is recorded, not retried."""
 from __future__ import annotations
@@ -47,7 +47,7 @@ def small_ints(*shape, dtype=torch.float32):
 
 
 def served_count(module) -> int:
-    return module.stats()[1]
+    return module.stats()[2]
 
 
 def test_it_builds_and_loads_into_the_user_cache():
@@ -176,6 +176,52 @@ def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
         plans.bind(module)
 
 
+def exact_plan(a, b, word=("autotune", "eager"), op=torch.mm):
+    """Hand the compiled front an exact plan for calls like these, as dispatch does."""
+    plans.hand_over_exact(word, a, b, op)
+
+
+def test_an_exact_plan_serves_only_its_option_and_operands_exactly(front):
+    module, serve = front
+    a, b = small_ints(40, 24), small_ints(24, 16)
+    exact_plan(a, b)
+    assert module.stats()[:2] == (0, 1)
+    assert torch.equal(serve(a, b, None, {"autotune": "eager"}), torch.mm(a, b))
+    assert serve(a, b, None, {"autotune": "graph"}) is plans.MISS
+    assert serve(a, b, None, {}) is plans.MISS
+    assert serve(a, b, None, {"autotune": "eager", "backend": "auto"}) is plans.MISS
+    assert serve(a, b.T.contiguous().T, None, {"autotune": "eager"}) is plans.MISS  # strides
+    wider = small_ints(41, 24)
+    assert serve(wider[1:], b, None, {"autotune": "eager"}) is plans.MISS  # 48 bytes on
+    assert serve(a[:39], b, None, {"autotune": "eager"}) is plans.MISS  # sizes
+    assert serve(a.double(), b.double(), None, {"autotune": "eager"}) is plans.MISS
+    exact_plan(a, b)  # made again: replaced
+    assert module.stats()[:2] == (0, 1)
+
+
+def test_an_exact_plan_serves_a_plain_call_past_its_familys_bounds(front, monkeypatch):
+    module, serve = front
+    host_family(module, bounds=(0, 0, 8, 0, 0))
+    a, b = small_ints(20, 20), small_ints(20, 20)
+    assert serve(a, b, None, {}) is plans.MISS
+    exact_plan(a, b, ("backend", "auto"))
+    assert torch.equal(serve(a, b, None, {}), torch.mm(a, b))
+    assert torch.equal(serve(a, b, None, {"backend": "auto"}), torch.mm(a, b))
+    monkeypatch.setenv(ENV_BACKEND, "triton")
+    assert serve(a, b, None, {}) is plans.MISS  # made under another environment
+
+
+def test_tensors_without_strides_are_not_served_or_remembered(front):
+    module, serve = front
+    host_family(module)
+    sparse = small_ints(6, 7).to_sparse()
+    assert serve(sparse, small_ints(7, 8), None, {}) is plans.MISS
+    exact_plan(small_ints(6, 7), small_ints(7, 8))
+    assert serve(sparse, small_ints(7, 8), None, {"autotune": "eager"}) is plans.MISS
+    with pytest.raises(ValueError, match="no plain layout"):
+        module.remember_exact("autotune", "eager", sparse, small_ints(7, 8), (None,) * 3, 0, "mm")
+
+
 def test_families_handed_over_by_plans_and_forgotten_with_them(front):
     module, _ = front
     get = plans._ENVIRON.get
@@ -187,8 +233,9 @@ def test_families_handed_over_by_plans_and_forgotten_with_them(front):
     assert module.stats()[0] == 1
     plans.remember_family(("auto",) + key[1:5] + (1,) + key[6:], lambda a, b: a, (INF,) * 5)
     assert module.stats()[0] == 1  # not torch's op: only the Python front serves it
+    exact_plan(small_ints(3, 3), small_ints(3, 3))
     plans.forget()
-    assert module.stats()[0] == 0 and not plans._FAMILIES
+    assert module.stats()[:2] == (0, 0) and not plans._FAMILIES
 
 
 def test_served_calls_leak_no_references(front):
@@ -208,15 +255,25 @@ def test_wrong_arguments_to_remember_say_what_is_wrong(front):
     with pytest.raises(ValueError, match="op is 'gemm'"):
         module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "gemm",
                         (INF,) * 5)
-    with pytest.raises(ValueError, match="3 values and bounds 5"):
+    with pytest.raises(ValueError, match="the bounds are 5"):
         module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0, "mm",
                         (INF,) * 4)
+    with pytest.raises(ValueError, match="the environment holds 3 values"):
+        module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 2, 0, "mm",
+                        (INF,) * 5)
     for wrong in ("64", -1, -0.5, float("nan")):
         with pytest.raises(TypeError, match="bound m is .*: expected a number >= 0"):
             module.remember("auto", torch.float16, torch.float16, 2, 2, 0, (None,) * 3, 0,
                             "mm", (INF, INF, wrong, 1, 1))
     with pytest.raises(TypeError, match="serve takes"):
         module.serve(1, 2)
+    a = small_ints(2, 2)
+    with pytest.raises(ValueError, match="word is 'alpha'"):
+        module.remember_exact("alpha", 2.0, a, a, (None,) * 3, 0, "mm")
+    with pytest.raises(TypeError, match="must be torch tensors"):
+        module.remember_exact("autotune", "eager", a, a.numpy(), (None,) * 3, 0, "mm")
+    with pytest.raises(TypeError, match="unhashable"):
+        module.remember_exact("autotune", ["eager"], a, a, (None,) * 3, 0, "mm")
 
 
 def test_turned_off_every_call_takes_the_python_front(monkeypatch):

@@ -155,6 +155,31 @@ def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
     assert autotune.Store(files[0]).get(decision.problem, "eager") is None
 
 
+def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_front(
+        tmp_path, monkeypatch):
+    """After the first (measuring) call, an autotuned call whose winner is torch's op is made
+    by the compiled front (where it is built), exactly as the Python path would make it."""
+    from multibackend import autotune, plans
+
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STORE", autotune.Store())
+    plans.forget()
+    a, b = _rand((16, 1024), seed=33), _rand((1024, 5120), seed=34)
+    first = mb.matmul(a, b, autotune="eager")
+    compiled = plans._COMPILED[0] if plans.front() is not plans.served else None
+    if fastcall.compiler() is not None:
+        assert compiled is not None, fastcall.status()
+    if mb.explain(a, b, autotune="eager").backend != "cublas" or compiled is None:
+        pytest.skip("the measured winner is not torch's op here, or no compiled front")
+    assert compiled.stats()[1] >= 1, "the exact plan was handed over"
+    served = compiled.stats()[2]
+    again = mb.matmul(a, b, autotune="eager")
+    assert compiled.stats()[2] == served + 1
+    assert torch.equal(again, torch.mm(a, b)) and torch.equal(first, again)
+    assert mb.matmul(a, b.T.contiguous().T, autotune="eager") is not None  # another layout
+    assert compiled.stats()[2] == served + 1  # planned by Python first
+
+
 @pytest.mark.parametrize("kind", ["torch", "cupy"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype):
@@ -201,9 +226,9 @@ def test_repeated_plain_calls_take_the_shortest_path(backend):
     if fastcall.compiler() is not None:
         assert compiled is not None, fastcall.status()
     if compiled is not None:  # the compiled front serves names it was handed
-        served = compiled.stats()[1]
+        served = compiled.stats()[2]
         assert torch.equal(mb.matmul(a, b, **options), again)
-        assert compiled.stats()[1] == served + (backend is not None)
+        assert compiled.stats()[2] == served + 1
     assert plans.plain(a.cpu(), b.cpu(), None, "auto") is plans.MISS
     assert plans.plain(a, b, None, "triton") is plans.MISS  # never planned under that name
     with pytest.raises(mb.InvalidArgument, match="inner dimensions differ"):
