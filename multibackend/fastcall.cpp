@@ -57,7 +57,7 @@ struct Operand {
 
   bool is(const at::Tensor& t) const {
     return t.scalar_type() == type && t.sizes().equals(sizes) && t.strides().equals(strides) &&
-           static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.data_ptr()) & 255) == offset;
+           static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.const_data_ptr()) & 255) == offset;
   }
 };
 
@@ -371,9 +371,9 @@ PyObject* remember_exact(PyObject*, PyObject* args) {
   try {
     e.device = device_index(a);
     e.a = {a.scalar_type(), a.sizes().vec(), a.strides().vec(),
-           static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.data_ptr()) & 255)};
+           static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.const_data_ptr()) & 255)};
     e.b = {b.scalar_type(), b.sizes().vec(), b.strides().vec(),
-           static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.data_ptr()) & 255)};
+           static_cast<int64_t>(reinterpret_cast<uintptr_t>(b.const_data_ptr()) & 255)};
   } catch (const std::exception& exc) {
     PyErr_Format(PyExc_ValueError, "remember_exact: A or B has no plain layout: %s", exc.what());
     return nullptr;
