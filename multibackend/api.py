@@ -114,7 +114,7 @@ def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     torch.compile, a call dispatch gives to cuBLAS is traced as torch's own op).
     """
     if A.__class__ is _TENSOR and not _compiling():
-        # a repeated plain call on torch tensors: its family plan, looked up at once
+        # a repeated call on torch tensors with at most backend or autotune: its plan, at once
         done = _served(A, B, C, options)
         if done is not _MISS:
             return done
@@ -344,12 +344,14 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
         plan = plans.Plan.of(call.problem, decision, call.kind, call.squeeze,
                              call.operands.alpha, call.operands.beta, direct)
         plans.remember(plan_key, plan)
-        if exact is not None and plan.produce is not None and call.kind == "torch":
-            plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
+        limits = None
         if fam_key is not None and plan.produce is not None:
             limits = shape_free(call.problem, decision, mode)
             if limits is not None:
                 plans.remember_family(fam_key, plan.produce, limits)
+        if (limits is None and exact is not None and plan.produce is not None
+                and call.kind == "torch"):  # a family serves every shape it holds for
+            plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
     return _finish(call)
 
 

@@ -42,7 +42,7 @@ struct Made {
 
 // A family plan: what its key holds, and the bounds its decision holds below.
 struct Family {
-  PyObject* backend;  // the backend name (owned)
+  PyObject* backend;  // the backend name, or None as backend=None passed it (owned)
   c10::ScalarType a_type, b_type;
   int64_t a_dim, b_dim, device;
   int64_t a_elements, b_elements, m, n, k;  // LLONG_MAX where nothing bounds it
@@ -90,12 +90,15 @@ void drop(Made& made) {
   Py_XDECREF(made.generation);
 }
 
-void clear() {
+void clear_families() {
   for (Family& f : families) {
     Py_XDECREF(f.backend);
     drop(f.made);
   }
   families.clear();
+}
+
+void clear_exact() {
   for (auto& bucket : exact) {
     for (Exact& e : bucket.second) {
       Py_XDECREF(e.word);
@@ -105,6 +108,11 @@ void clear() {
   }
   exact.clear();
   exact_count = 0;
+}
+
+void clear() {
+  clear_families();
+  clear_exact();
 }
 
 PyObject* missed() {
@@ -305,10 +313,14 @@ bool made_from(PyObject* environment, PyObject* generation, PyObject* op, Made* 
 PyObject* remember(PyObject*, PyObject* args) {
   PyObject *backend, *a_dtype, *b_dtype, *environment, *generation, *op, *bounds;
   long long a_dim, b_dim, device;
-  if (!PyArg_ParseTuple(args, "UO!O!LLLO!OUO!", &backend, &THPDtypeType, &a_dtype, &THPDtypeType,
+  if (!PyArg_ParseTuple(args, "OO!O!LLLO!OUO!", &backend, &THPDtypeType, &a_dtype, &THPDtypeType,
                         &b_dtype, &a_dim, &b_dim, &device, &PyTuple_Type, &environment,
                         &generation, &op, &PyTuple_Type, &bounds))
     return nullptr;
+  if (backend != Py_None && !PyUnicode_CheckExact(backend)) {
+    PyErr_Format(PyExc_TypeError, "remember: backend is %R: expected a name or None", backend);
+    return nullptr;
+  }
   if (PyTuple_GET_SIZE(bounds) != 5) {
     PyErr_SetString(PyExc_ValueError, "remember: the bounds are 5");
     return nullptr;
@@ -339,7 +351,7 @@ PyObject* remember(PyObject*, PyObject* args) {
       break;
     }
   }
-  if (families.size() >= LIMIT) clear();
+  if (families.size() >= LIMIT) clear_families();
   Py_INCREF(backend);
   f.backend = backend;
   families.push_back(f);
@@ -379,7 +391,7 @@ PyObject* remember_exact(PyObject*, PyObject* args) {
     return nullptr;
   }
   if (!made_from(environment, generation, op, &e.made)) return nullptr;
-  if (exact_count >= LIMIT) clear();
+  if (exact_count >= LIMIT) clear_exact();
   std::vector<Exact>& bucket =
       exact[exact_hash(value_hash, e.device, a.scalar_type(), a.sizes(), b.scalar_type(),
                        b.sizes())];

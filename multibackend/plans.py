@@ -278,7 +278,8 @@ def _hand_over(fam_key: tuple, found: tuple) -> None:
     """Give the compiled front a family plan it can serve: a plain call's on torch tensors
     (key of :func:`_torch_key`, without C) made by ``torch.mm`` or ``torch.matmul``."""
     module, op = _COMPILED[0], _torch_op(found[0])
-    if module is None or op is None or len(fam_key) != 10 or not isinstance(fam_key[0], str):
+    if module is None or op is None or len(fam_key) != 10 or not (
+            fam_key[0] is None or isinstance(fam_key[0], str)):
         return
     backend, a_dtype, b_dtype, a_ndim, b_ndim, device, *environment, generation = fam_key
     module.remember(backend, a_dtype, b_dtype, a_ndim, b_ndim, device, tuple(environment),

@@ -211,6 +211,29 @@ def test_an_exact_plan_serves_a_plain_call_past_its_familys_bounds(front, monkey
     assert serve(a, b, None, {}) is plans.MISS  # made under another environment
 
 
+def test_a_family_for_backend_none_serves_backend_none_only(front):
+    module, serve = front
+    host_family(module, backend=None)
+    a, b = small_ints(6, 7), small_ints(7, 8)
+    assert torch.equal(serve(a, b, None, {"backend": None}), torch.mm(a, b))
+    assert serve(a, b, None, {}) is plans.MISS
+    with pytest.raises(TypeError, match="backend is 3: expected a name or None"):
+        module.remember(3, torch.float32, torch.float32, 2, 2, -1, (None,) * 3, 0, "mm",
+                        (INF,) * 5)
+
+
+def test_too_many_exact_plans_drop_the_exact_plans_and_keep_the_families(front):
+    module, serve = front
+    host_family(module, bounds=(0, 0, 2, 0, 0))
+    b = small_ints(3, 3)
+    for rows in range(2, 2 + 4097):  # past LIMIT (4096): the exact plans start again
+        last = torch.ones(rows, 3)
+        exact_plan(last, b, ("backend", "auto"))
+    assert module.stats()[:2] == (1, 1)
+    assert serve(small_ints(1, 3), b, None, {}) is not plans.MISS  # the family, kept
+    assert torch.equal(serve(last, b, None, {}), last @ b)  # the last exact plan
+
+
 def test_tensors_without_strides_are_not_served_or_remembered(front):
     module, serve = front
     host_family(module)
