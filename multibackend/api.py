@@ -349,8 +349,9 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
             limits = shape_free(call.problem, decision, mode)
             if limits is not None:
                 plans.remember_family(fam_key, plan.produce, limits)
-        if (limits is None and exact is not None and plan.produce is not None
-                and call.kind == "torch"):  # a family serves every shape it holds for
+        if exact is not None and plan.produce is not None and call.kind == "torch" and (
+                limits is None or not plans.below(exact[1], exact[2], (None, *limits))):
+            # no family serves this shape (one serves every shape below its bounds)
             plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
     return _finish(call)
 

@@ -155,6 +155,28 @@ def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
     assert autotune.Store(files[0]).get(decision.problem, "eager") is None
 
 
+def test_a_shape_past_its_familys_bounds_is_served_by_the_compiled_front(monkeypatch):
+    """A plain call whose shape lies past its family's bounds gets an exact plan in the
+    compiled front (where it is built): repeated, it costs what a family-served call does."""
+    from multibackend import api, plans
+
+    plans.forget()
+    monkeypatch.setattr(api, "shape_free", lambda *args: (1, 1, 1, 1, 1))  # holds for none
+    a, b = _rand((512, 256), seed=35), _rand((256, 384), seed=36)
+    first = mb.matmul(a, b)
+    assert plans._FAMILIES, "the family was remembered, with its bounds"
+    compiled = plans._COMPILED[0] if plans.front() is not plans.served else None
+    if fastcall.compiler() is not None:
+        assert compiled is not None, fastcall.status()
+    if compiled is None:
+        pytest.skip(f"no compiled front: {fastcall.status()}")
+    assert compiled.stats()[:2] == (1, 1)
+    served = compiled.stats()[2]
+    again = mb.matmul(a, b)
+    assert compiled.stats()[2] == served + 1
+    assert torch.equal(first, again) and torch.equal(again, torch.mm(a, b))
+
+
 def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_front(
         tmp_path, monkeypatch):
     """After the first (measuring) call, an autotuned call whose winner is torch's op is made
