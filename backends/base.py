@@ -14,6 +14,8 @@ library. The contract:
   ``operands.d``; never synchronize the device.
 - ``bind(problem, config, operands)`` (optional): the same launch with the per-call work done
   once, for the calls a remembered plan repeats.
+- ``native(problem, config, operands)`` (optional): that launch described for the compiled
+  front (:mod:`multibackend.native`), which then makes repeated calls without Python.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from multibackend.capability import Capability, Reason
+from multibackend.native import Native
 from multibackend.problem import Problem
 
 
@@ -129,6 +132,12 @@ class Backend(abc.ABC):
         ranks, shapes, strides and pointer alignment, C present or not) with the same alpha
         and beta, as a remembered plan guarantees. Called after ``run`` ran on ``operands``;
         None (the default) where there is nothing to save."""
+        return None
+
+    def native(self, problem: Problem, config: Config, operands: Operands) -> Native | None:
+        """What a repeated 2-D call without C, like ``operands`` (no ``out``), launches, for
+        the compiled front (:mod:`multibackend.native`): asked for right after :meth:`bind`;
+        None (the default) where the backend's launches cannot be described so."""
         return None
 
     def versions(self) -> dict[str, str]:

@@ -24,7 +24,7 @@ import ctypes
 import functools
 from typing import Any
 
-from multibackend import cutlass_build, cutlass_emit, dtypes, staging, toolchain
+from multibackend import cutlass_build, cutlass_emit, driver, dtypes, native, staging, toolchain
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument, KernelRefused
@@ -444,6 +444,30 @@ class CutlassBackend(Backend):
             raise KernelRefused(f"CUTLASS kernel {library.kernel_name} refused "
                                 f"{problem.describe()}: {library.status_string(status)} "
                                 f"({library.cuda_error_string()})")
+
+
+    def native(self, problem: Problem, config: Config,
+               operands: Operands) -> native.Native | None:
+        """The library's ``mb_gemm`` with the sizes and settings prepared for ``config``, for
+        a product without C (a kernel with a workspace: on the stream that workspace serves)."""
+        if problem.op != "matmul" or problem.has_c or staging.is_staged(config):
+            return None
+        prepared = self._prepare(problem, config)
+        if prepared.integer and operands.alpha != int(operands.alpha):
+            return None
+        stream = 0
+        if prepared.workspace_bytes:
+            if prepared.stream is None:
+                return None
+            stream = prepared.stream
+        entry = ctypes.cast(prepared.gemm, ctypes.c_void_p).value
+        # the kernel computes D^T = B^T A^T: its A is our B; C is D, with beta 0
+        step = native.EntryStep(entry, prepared.shape_address,
+                                (native.B, native.A, native.D, native.D), operands.alpha, 0.0,
+                                stream)
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
+                             driver.primary_context(operands.d.get_device()), (step,),
+                             keep=(prepared,))
 
 
 def _settings(problem: Problem, config: Config) -> tuple[int, ...]:

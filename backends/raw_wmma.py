@@ -34,7 +34,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from multibackend import driver, nvrtc, staging
+from multibackend import driver, dtypes, native, nvrtc, staging
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.driver import FLOAT64, INT32, INT64, POINTER, Param
@@ -355,6 +355,7 @@ class RawWmmaBackend(Backend):
         self._functions: dict[tuple[int, str], driver.Function] = {}
         self._scratch: dict[tuple[int, int, bool], tuple[Any, int]] = {}
         self._launches: dict[tuple, BoundLaunch] = {}
+        self._prepared: dict[tuple, driver.Launch] = {}  # the bound gemms' launches
         self._lock = threading.Lock()
 
     @property
@@ -488,15 +489,39 @@ class RawWmmaBackend(Backend):
         bound = self._launches.get(key)
         if bound is None:
             kernel = kernel_for(problem, config)
+            prepared = None
             if problem.op == "dot":
                 bound = self._bind_dot(problem, config, kernel, operands)
             else:
-                bound = self._bind_gemm(problem, kernel, operands)
+                bound, prepared = self._bind_gemm(problem, kernel, operands)
             with self._lock:
                 if len(self._launches) >= LAUNCH_CACHE_LIMIT:
                     self._launches.clear()
+                    self._prepared.clear()
                 self._launches[key] = bound
+                if prepared is not None:
+                    self._prepared[key] = prepared
         return bound
+
+    def native(self, problem: Problem, config: Config,
+               operands: Operands) -> native.Native | None:
+        """The fast or generic kernel's launch as :meth:`bind` prepared it, for a product
+        without C (the dot's two passes use a per-stream scratch buffer: not described)."""
+        if problem.op != "matmul" or problem.batch != 1 or gemm_c(problem, operands) is not None \
+                or staging.is_staged(config):
+            return None
+        prepared = self._prepared.get(self._launch_key(problem, config, operands))
+        if prepared is None:
+            return None
+        args = prepared.args
+        layout = type(args.values)
+        step = native.KernelStep(
+            int(prepared.function.handle), prepared.grid, prepared.block, prepared.dynamic_smem,
+            bytes(args.values), tuple(getattr(layout, name).offset for name, _ in args.params),
+            tuple((getattr(layout, name).offset, source)
+                  for name, source in (("a", native.A), ("b", native.B), ("d", native.D))))
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
+                             prepared.function.context, (step,), keep=(prepared,))
 
     @staticmethod
     def _launch_key(problem: Problem, config: Config, ops: Operands) -> tuple:
@@ -511,14 +536,16 @@ class RawWmmaBackend(Backend):
                 c.stride() if c is not None else None, ops.d.data_ptr() % 16 == 0,
                 ops.alpha, ops.beta)
 
-    def _bind_gemm(self, problem: Problem, kernel: Kernel, ops: Operands) -> BoundLaunch:
+    def _bind_gemm(self, problem: Problem, kernel: Kernel,
+                   ops: Operands) -> tuple[BoundLaunch, driver.Launch]:
+        """The bound launch, and its :class:`~multibackend.driver.Launch`."""
         fn = self._function(problem, kernel.source, kernel.name, kernel.smem)
         args = driver.Arguments(kernel.name, GEMM_PARAMS[kernel.source],
                                 gemm_arguments(problem, ops, kernel))
-        launch = driver.Launch(fn, gemm_grid(problem, kernel), (kernel.threads, 1, 1),
-                               kernel.smem, args).launch
+        prepared = driver.Launch(fn, gemm_grid(problem, kernel), (kernel.threads, 1, 1),
+                                 kernel.smem, args)
+        launch = prepared.launch
         slots, with_c, lock = args.values, gemm_c(problem, ops) is not None, threading.Lock()
-
         def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
             with lock:  # the slots are shared: one launch at a time writes and reads them
                 slots.a = a.data_ptr()
@@ -527,7 +554,7 @@ class RawWmmaBackend(Backend):
                     slots.c = c.data_ptr()
                 slots.d = d.data_ptr()
                 launch(stream)
-        return bound
+        return bound, prepared
 
     def _bind_dot(self, problem: Problem, config: Config, kernel: Kernel,
                   ops: Operands) -> BoundLaunch:

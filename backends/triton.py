@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import triton
 
-from multibackend import dtypes, staging
+from multibackend import driver, dtypes, native, staging
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
@@ -481,7 +481,7 @@ class TritonBackend(Backend):
         kept_partial, kept_finish = partial.kept(partial_key), finish.kept(reduce_key)
         if kept_partial is None or kept_finish is None:
             return None
-        (first, first_tail), (second, second_tail) = kept_partial, kept_finish
+        (first, first_tail), (second, second_tail) = kept_partial[:2], kept_finish[:2]
         shape, device, f32 = plan.workspace, ops.d.device, torch.float32
         middle = rest[2:]  # the reduction's integers, alpha and beta
 
@@ -637,12 +637,35 @@ class TritonBackend(Backend):
         kept = self._launcher().kept(key)
         if kept is None:
             return None
-        runner, tail = kept
+        runner, tail = kept.runner, kept.tail
         middle = args[4:]  # the integers, alpha and beta
 
         def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
             runner(a, b, d if c is None else c, d, *middle, *tail, stream=stream)
         return launch
+
+    def native(self, problem: Problem, config: Config,
+               operands: Operands) -> native.Native | None:
+        """The pointer kernel's kept launch with this call's integers, alpha and beta, for a
+        product without C (TMA tiles build descriptors per call, split-K a workspace: not
+        described)."""
+        if problem.op != "matmul" or operands.c is not None:
+            return None
+        if config.name == "autotune":
+            config = self._autotuned(problem, operands)
+        if config.get("kind") in ("tma", "splitk") or staging.is_staged(config):
+            return None
+        key, _, args, _ = self._matmul_launch(problem, operands, config)
+        kept = self._launcher().kept(key)
+        if kept is None:
+            return None
+        step = native.triton_step(kept.compiled, kept.grid, (*args, *kept.tail),
+                                  {0: native.A, 1: native.B, 2: native.D, 3: native.D})
+        if step is None:
+            return None
+        device = operands.d.get_device()
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
+                             driver.primary_context(device), (step,), keep=(kept,))
 
 
 def create() -> Backend:

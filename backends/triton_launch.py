@@ -16,10 +16,20 @@ interpreter every launch goes through Triton.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Hashable
+from typing import Any, Callable, Hashable, NamedTuple
 
 #: specializations kept per function (all are dropped when the table is full)
 LIMIT = 4096
+
+
+class Kept(NamedTuple):
+    """A specialization's compiled kernel: its launcher for the grid (``compiled[grid]``),
+    the constexpr arguments it takes after the caller's, the compiled kernel and the grid."""
+
+    runner: Callable
+    tail: tuple
+    compiled: Any
+    grid: tuple[int, int, int]
 
 
 class Launcher:
@@ -27,7 +37,7 @@ class Launcher:
 
     def __init__(self, fn: Any):
         self.fn = fn
-        self._runners: dict[Hashable, tuple[Callable, tuple]] = {}
+        self._runners: dict[Hashable, Kept] = {}
 
     def __call__(self, key: Hashable, grid: tuple[int, int, int], stream: int, args: tuple,
                  constexprs: Callable[[], dict[str, Any]]) -> None:
@@ -35,8 +45,7 @@ class Launcher:
         ``constexprs`` is called only when ``key`` has no compiled kernel yet."""
         found = self._runners.get(key)
         if found is not None:
-            runner, tail = found
-            runner(*args, *tail, stream=stream)
+            found.runner(*args, *found.tail, stream=stream)
             return
         named = constexprs()
         compiled = self.fn[grid](*args, **named)
@@ -45,11 +54,10 @@ class Launcher:
             tail = tuple(named.get(p.name, p.default) for p in params)
             if len(self._runners) >= LIMIT:
                 self._runners.clear()
-            self._runners[key] = (compiled[grid], tail)
+            self._runners[key] = Kept(compiled[grid], tail, compiled, tuple(grid))
 
-    def kept(self, key: Hashable) -> tuple[Callable, tuple] | None:
-        """(the compiled kernel's launcher, the constexpr arguments it takes after the
-        caller's) kept under ``key``, or None."""
+    def kept(self, key: Hashable) -> Kept | None:
+        """The compiled kernel kept under ``key``, or None."""
         return self._runners.get(key)
 
 

@@ -113,9 +113,14 @@ def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     run, the call goes through the registered operator :mod:`multibackend.torch_op` (under
     torch.compile, a call dispatch gives to cuBLAS is traced as torch's own op).
     """
-    if A.__class__ is _TENSOR and not _compiling():
+    cls = A.__class__
+    if cls is _TENSOR and not _compiling():
         # a repeated call on torch tensors with at most backend or autotune: its plan, at once
         done = _served(A, B, C, options)
+        if done is not _MISS:
+            return done
+    elif cls is _ARRAYS[0]:  # the same on CuPy arrays, once such a plan was handed over
+        done = _ARRAYS[1](A, B, C, options)
         if done is not _MISS:
             return done
     return _matmul(A, B, C, **options)
@@ -238,6 +243,7 @@ def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
 #: NumPy scalars and 0-d arrays) takes the full path
 _PLAIN_SCALARS = frozenset({int, float, type(None)})
 _MISS = plans.MISS
+_ARRAYS = plans.ARRAYS
 
 
 def _served(A: Any, B: Any, C: Any, options: dict) -> Any:
@@ -353,6 +359,8 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
                 limits is None or not plans.below(exact[1], exact[2], (None, *limits))):
             # no family serves this shape (one serves every shape below its bounds)
             plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
+        elif exact is not None and plan.produce is None:
+            plan.front = exact[0]  # its kernels go to the front once bound
     return _finish(call)
 
 

@@ -10,6 +10,12 @@
 //   value, and each operand's dtype, sizes, strides, device and pointer offset within 256 bytes.
 // Either is served only under the environment values and tables' generation it was made under,
 // by at::mm or at::matmul, the ops torch.mm and torch.matmul run.
+// - a native plan (remember_native), an exact plan whose D a kernel of ours makes: D is allocated
+//   by at::empty on the operands' device and the plan's steps run on torch's current stream of
+//   that device: kernels launched by cuLaunchKernel (resolved from libcuda at the first such
+//   plan) from a parameter buffer made once, with only the operands' pointers written per call,
+//   or a kernel library's entry point (mb_gemm) called with the pointers. It is served only while
+//   the plan's context is current on the thread and autograd has nothing to record.
 // A call with C goes to the Python fallback with the same arguments (its family plans make D
 // with torch.addmm); any other call it does not serve (other options, a tensor subclass, a torch
 // function mode, no plan, a changed environment, sizes past the bounds, or the op refusing the
@@ -18,20 +24,26 @@
 #include <Python.h>
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/mm.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <dlfcn.h>
+
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
 namespace {
 
-enum Op { MM = 0, MATMUL = 1 };
+enum Op { MM = 0, MATMUL = 1, NATIVE = 2 };
 
 // What every plan was made under, and the op that makes D.
 struct Made {
@@ -61,6 +73,56 @@ struct Operand {
   }
 };
 
+// -- native plans: our kernels launched from here ---------------------------------------------
+
+// The driver entry points native kernel steps use (CUresult is an int; handles are pointers).
+using LaunchKernel = int (*)(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned by, unsigned bz, unsigned smem, void* stream, void** params,
+                             void** extra);
+using CtxGetCurrent = int (*)(void** context);
+// A kernel library's entry point: mb_gemm(shape, a, b, c, d, alpha, beta, stream), 0 on success.
+using Entry = int (*)(const int64_t*, const void*, const void*, const void*, void*, double, double,
+                      void*);
+
+LaunchKernel cu_launch_kernel = nullptr;
+CtxGetCurrent cu_ctx_get_current = nullptr;
+PyObject* stream_of = nullptr;  // device index -> the raw handle of torch's current stream there
+
+// The operands a step's pointers come from.
+enum Source { SOURCE_A = 0, SOURCE_B = 1, SOURCE_D = 2 };
+
+constexpr size_t PARAM_BYTES = 4096;  // the most a kernel's parameters may take here
+constexpr size_t PARAM_COUNT = 256;
+
+// One step of a native plan: a kernel launch, or a call of a library's entry point.
+struct Step {
+  bool entry = false;
+  // a kernel: function, grid, block, dynamic shared memory, and its parameters (the bytes, each
+  // one's offset in them, and the offsets where an operand's pointer is written per call)
+  void* function = nullptr;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, smem = 0;
+  std::vector<char> params;
+  std::vector<size_t> offsets;
+  std::vector<std::pair<size_t, int>> slots;
+  // an entry point: the shape array it reads, the operand passed as its a, b, c and d, alpha,
+  // beta, and the one stream it may run on (0: any; a plan whose workspace is a stream's)
+  Entry call = nullptr;
+  const int64_t* shape = nullptr;
+  int operands[4] = {SOURCE_A, SOURCE_B, SOURCE_D, SOURCE_D};
+  double alpha = 1, beta = 0;
+  uintptr_t stream = 0;
+};
+
+struct Native {
+  void* context = nullptr;  // the CUDA context the steps' functions live in (null: host plan)
+  c10::ScalarType d_type;
+  std::vector<int64_t> d_sizes;
+  std::vector<Step> steps;
+  PyObject* keep = nullptr;  // what keeps the functions and shape arrays alive (owned)
+
+  ~Native() { Py_XDECREF(keep); }
+};
+
 // An exact plan: the option word it was asked with, and A and B exactly.
 struct Exact {
   PyObject* word;   // "backend" or "autotune" (owned)
@@ -68,6 +130,7 @@ struct Exact {
   int64_t device;
   Operand a, b;
   Made made;
+  std::shared_ptr<Native> native;  // set where made.op is NATIVE
 };
 
 std::vector<Family> families;
@@ -110,9 +173,12 @@ void clear_exact() {
   exact_count = 0;
 }
 
+void clear_arrays();
+
 void clear() {
   clear_families();
   clear_exact();
+  clear_arrays();
 }
 
 PyObject* missed() {
@@ -212,6 +278,99 @@ bool run(Op op, const at::Tensor& a, const at::Tensor& b, at::Tensor* d) {
   return true;
 }
 
+// The raw handle of the current stream a native plan runs on, from `getter` (called with `arg`
+// where not null): 1 when the plan's context is current and its entry points may run on that
+// stream, 0 when not, -1 on a Python error.
+int stream_for(const Native& n, PyObject* getter, PyObject* arg, uintptr_t* stream) {
+  *stream = 0;
+  if (n.context == nullptr) return 1;
+  void* context = nullptr;
+  if (cu_ctx_get_current(&context) != 0 || context != n.context) return 0;
+  PyObject* handle = arg != nullptr ? PyObject_CallOneArg(getter, arg) : PyObject_CallNoArgs(getter);
+  if (handle == nullptr) return -1;
+  *stream = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(handle));
+  Py_DECREF(handle);
+  if (PyErr_Occurred()) return -1;
+  for (const Step& step : n.steps) {
+    if (step.entry && step.stream != 0 && step.stream != *stream) return 0;
+  }
+  return 1;
+}
+
+// Run a native plan's steps on `stream` with the pointers of A, B and D: false when a launch was
+// refused (the Python path then runs the call and words the error).
+bool launch_steps(const Native& n, const uintptr_t pointers[3], uintptr_t stream) {
+  void* raw_stream = reinterpret_cast<void*>(stream);
+  for (const Step& step : n.steps) {
+    if (step.entry) {
+      const void* p[4];
+      for (int i = 0; i < 4; ++i) p[i] = reinterpret_cast<const void*>(pointers[step.operands[i]]);
+      if (step.call(step.shape, p[0], p[1], p[2], const_cast<void*>(p[3]), step.alpha, step.beta,
+                    raw_stream) != 0)
+        return false;
+      continue;
+    }
+    alignas(16) char buffer[PARAM_BYTES];
+    void* params[PARAM_COUNT];
+    std::memcpy(buffer, step.params.data(), step.params.size());
+    for (const auto& slot : step.slots) {
+      const uint64_t value = pointers[slot.second];
+      std::memcpy(buffer + slot.first, &value, sizeof value);
+    }
+    for (size_t i = 0; i < step.offsets.size(); ++i) params[i] = buffer + step.offsets[i];
+    if (cu_launch_kernel(step.function, step.grid[0], step.grid[1], step.grid[2], step.block[0],
+                         step.block[1], step.block[2], step.smem, raw_stream, params,
+                         nullptr) != 0)
+      return false;
+  }
+  return true;
+}
+
+// D made by a native plan on torch tensors: 1 when served, 0 when not, -1 on a Python error.
+int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_t device,
+               at::Tensor* d) {
+  if ((a.requires_grad() || b.requires_grad()) && at::GradMode::is_enabled()) return 0;
+  uintptr_t stream = 0;
+  if (n.context != nullptr) {
+    PyObject* index = PyLong_FromLongLong(device);
+    if (index == nullptr) return -1;
+    const int ready = stream_for(n, stream_of, index, &stream);
+    Py_DECREF(index);
+    if (ready <= 0) return ready;
+  }
+  try {
+    *d = at::empty(n.d_sizes, at::TensorOptions().dtype(n.d_type).device(a.device()));
+  } catch (const std::exception&) {
+    return 0;
+  }
+  const uintptr_t pointers[3] = {reinterpret_cast<uintptr_t>(a.const_data_ptr()),
+                                 reinterpret_cast<uintptr_t>(b.const_data_ptr()),
+                                 reinterpret_cast<uintptr_t>(d->data_ptr())};
+  return launch_steps(n, pointers, stream) ? 1 : 0;
+}
+
+// The one option of a call, if any: false where the options are not served here (more than
+// one, or another keyword).
+bool option_of(PyObject* options, PyObject** word, PyObject** value) {
+  *word = backend_word;
+  *value = auto_word;
+  if (!PyDict_CheckExact(options)) return false;
+  const Py_ssize_t given = PyDict_GET_SIZE(options);
+  if (given > 1) return false;
+  if (given == 0) return true;
+  Py_ssize_t position = 0;
+  PyObject* name;
+  PyDict_Next(options, &position, &name, value);
+  if (same_name(name, backend_word)) {
+    *word = backend_word;
+  } else if (same_name(name, autotune_word)) {
+    *word = autotune_word;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 4) {
     PyErr_SetString(PyExc_TypeError, "serve takes (A, B, C, options)");
@@ -219,38 +378,29 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   PyObject *A = args[0], *B = args[1], *C = args[2], *options = args[3];
   if (C != Py_None) return PyObject_Vectorcall(fallback, args, 4, nullptr);
-  if (!PyDict_CheckExact(options) || !THPVariable_CheckExact(A) || !THPVariable_CheckExact(B) ||
-      at::impl::torch_function_mode_enabled())
+  PyObject *word, *value;  // the one option given, if any
+  if (!option_of(options, &word, &value) || !THPVariable_CheckExact(A) ||
+      !THPVariable_CheckExact(B) || at::impl::torch_function_mode_enabled())
     return missed();
-  PyObject *word = backend_word, *value = auto_word;  // the one option given, if any
-  const Py_ssize_t given = PyDict_GET_SIZE(options);
-  if (given > 1) return missed();
-  if (given == 1) {
-    Py_ssize_t position = 0;
-    PyObject* name;
-    PyDict_Next(options, &position, &name, &value);
-    if (same_name(name, backend_word)) {
-      word = backend_word;
-    } else if (same_name(name, autotune_word)) {
-      word = autotune_word;
-    } else {
-      return missed();
-    }
-  }
   const at::Tensor& a = THPVariable_Unpack(A);
   const at::Tensor& b = THPVariable_Unpack(B);
   const Made* made = nullptr;
+  const Native* native = nullptr;
+  int64_t device = -1;
   int error = 0;
   if (a.layout() != at::kStrided || b.layout() != at::kStrided) return missed();  // sparse...
   try {  // a tensor without sizes or strides (nested) has no plan here
-    const int64_t device = device_index(a);
+    device = device_index(a);
     if (word == backend_word) {
       const Family* f = family_of(value, a, b, device);
       if (f != nullptr && within(*f, a, b)) made = &f->made;
     }
     if (made == nullptr) {
       const Exact* e = exact_of(word, value, a, b, device, &error);
-      if (e != nullptr) made = &e->made;
+      if (e != nullptr) {
+        made = &e->made;
+        native = e->native.get();
+      }
     }
   } catch (const std::exception&) {
     return missed();
@@ -259,8 +409,15 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (made == nullptr) return missed();
   const int now = current(*made);
   if (now < 0) return nullptr;
+  if (!now) return missed();
   at::Tensor d;
-  if (!now || !run(made->op, a, b, &d)) return missed();
+  if (native != nullptr) {
+    const int done = run_native(*native, a, b, device, &d);
+    if (done < 0) return nullptr;
+    if (done == 0) return missed();
+  } else if (!run(made->op, a, b, &d)) {
+    return missed();
+  }
   ++served_count;
   return THPVariable_Wrap(std::move(d));
 }
@@ -284,13 +441,16 @@ int64_t bound(PyObject* value, const char* what, bool* ok) {
   return 0;
 }
 
-// Fill `made` from (environment (3-tuple of values or None), generation, op); false on an error.
+// Fill `made` from (environment (3-tuple of values or None), generation, op: null for a native
+// plan); false on an error.
 bool made_from(PyObject* environment, PyObject* generation, PyObject* op, Made* made) {
   if (PyTuple_GET_SIZE(environment) != 3) {
     PyErr_SetString(PyExc_ValueError, "remember: the environment holds 3 values");
     return false;
   }
-  if (PyUnicode_CompareWithASCIIString(op, "mm") == 0) {
+  if (op == nullptr) {
+    made->op = NATIVE;
+  } else if (PyUnicode_CompareWithASCIIString(op, "mm") == 0) {
     made->op = MM;
   } else if (PyUnicode_CompareWithASCIIString(op, "matmul") == 0) {
     made->op = MATMUL;
@@ -358,13 +518,11 @@ PyObject* remember(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// remember_exact(word, value, A, B, environment, generation, op): an exact plan for calls with
-// the option `word` ("backend" or "autotune") at `value` on operands exactly like A and B.
-PyObject* remember_exact(PyObject*, PyObject* args) {
-  PyObject *word, *value, *A, *B, *environment, *generation, *op;
-  if (!PyArg_ParseTuple(args, "UOOOO!OU", &word, &value, &A, &B, &PyTuple_Type, &environment,
-                        &generation, &op))
-    return nullptr;
+// An exact plan for calls with the option `word` ("backend" or "autotune") at `value` on operands
+// exactly like A and B, made by `op` ("mm" or "matmul"), or by `native` where op is null.
+PyObject* store_exact(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
+                      PyObject* environment, PyObject* generation, PyObject* op,
+                      std::shared_ptr<Native> native) {
   if (!same_name(word, backend_word) && !same_name(word, autotune_word)) {
     PyErr_Format(PyExc_ValueError, "remember_exact: word is %R: expected 'backend' or 'autotune'",
                  word);
@@ -391,6 +549,7 @@ PyObject* remember_exact(PyObject*, PyObject* args) {
     return nullptr;
   }
   if (!made_from(environment, generation, op, &e.made)) return nullptr;
+  e.native = std::move(native);
   if (exact_count >= LIMIT) clear_exact();
   std::vector<Exact>& bucket =
       exact[exact_hash(value_hash, e.device, a.scalar_type(), a.sizes(), b.scalar_type(),
@@ -418,17 +577,399 @@ PyObject* remember_exact(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// remember_exact(word, value, A, B, environment, generation, op): an exact plan made by torch's
+// op ("mm" or "matmul").
+PyObject* remember_exact(PyObject*, PyObject* args) {
+  PyObject *word, *value, *A, *B, *environment, *generation, *op;
+  if (!PyArg_ParseTuple(args, "UOOOO!OU", &word, &value, &A, &B, &PyTuple_Type, &environment,
+                        &generation, &op))
+    return nullptr;
+  return store_exact(word, value, A, B, environment, generation, op, nullptr);
+}
+
+// The driver's entry points, resolved from libcuda once; false (and a Python error) where it
+// cannot be loaded.
+bool load_driver() {
+  if (cu_launch_kernel != nullptr) return true;
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (library == nullptr) {
+    PyErr_Format(PyExc_RuntimeError, "remember_native: libcuda.so.1 did not load: %s", dlerror());
+    return false;
+  }
+  auto launch = reinterpret_cast<LaunchKernel>(dlsym(library, "cuLaunchKernel"));
+  auto get_current = reinterpret_cast<CtxGetCurrent>(dlsym(library, "cuCtxGetCurrent"));
+  if (launch == nullptr || get_current == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "remember_native: libcuda.so.1 has no cuLaunchKernel or cuCtxGetCurrent");
+    return false;
+  }
+  cu_launch_kernel = launch;
+  cu_ctx_get_current = get_current;
+  return true;
+}
+
+// An unsigned integer argument of a step (a size, a handle or an address); false on an error.
+bool unsigned_of(PyObject* value, const char* what, unsigned long long* out) {
+  *out = PyLong_Check(value) ? PyLong_AsUnsignedLongLong(value) : 0;
+  if (!PyLong_Check(value) || PyErr_Occurred()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "remember_native: %s is %R: expected an integer >= 0", what,
+                 value);
+    return false;
+  }
+  return true;
+}
+
+// A step from its tuple: (0, function, (gx, gy, gz), (bx, by, bz), smem, params (bytes), offsets,
+// slots ((offset, source), ...)) for a kernel, (1, entry address, shape address, (sources of a,
+// b, c, d), alpha, beta, stream (0: any)) for an entry point; false on an error.
+bool step_from(PyObject* item, bool on_device, Step* step) {
+  if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1) {
+    PyErr_Format(PyExc_ValueError, "remember_native: step %R is not a tuple", item);
+    return false;
+  }
+  const long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+  unsigned long long n = 0;
+  if (kind == 0 && PyTuple_GET_SIZE(item) == 8) {
+    if (!on_device) {
+      PyErr_SetString(PyExc_ValueError, "remember_native: a kernel step needs a CUDA context");
+      return false;
+    }
+    PyObject *grid = PyTuple_GET_ITEM(item, 2), *block = PyTuple_GET_ITEM(item, 3);
+    PyObject *params = PyTuple_GET_ITEM(item, 5), *offsets = PyTuple_GET_ITEM(item, 6);
+    PyObject* slots = PyTuple_GET_ITEM(item, 7);
+    if (!PyTuple_Check(grid) || PyTuple_GET_SIZE(grid) != 3 || !PyTuple_Check(block) ||
+        PyTuple_GET_SIZE(block) != 3 || !PyBytes_Check(params) || !PyTuple_Check(offsets) ||
+        !PyTuple_Check(slots)) {
+      PyErr_Format(PyExc_ValueError, "remember_native: kernel step %R: expected (0, function, "
+                   "grid (3), block (3), smem, params (bytes), offsets, slots)", item);
+      return false;
+    }
+    if (!unsigned_of(PyTuple_GET_ITEM(item, 1), "the function", &n)) return false;
+    step->function = reinterpret_cast<void*>(n);
+    for (int i = 0; i < 3; ++i) {
+      if (!unsigned_of(PyTuple_GET_ITEM(grid, i), "a grid size", &n)) return false;
+      step->grid[i] = static_cast<unsigned>(n);
+      if (!unsigned_of(PyTuple_GET_ITEM(block, i), "a block size", &n)) return false;
+      step->block[i] = static_cast<unsigned>(n);
+    }
+    if (!unsigned_of(PyTuple_GET_ITEM(item, 4), "smem", &n)) return false;
+    step->smem = static_cast<unsigned>(n);
+    const size_t size = static_cast<size_t>(PyBytes_GET_SIZE(params));
+    if (size > PARAM_BYTES || static_cast<size_t>(PyTuple_GET_SIZE(offsets)) > PARAM_COUNT) {
+      PyErr_Format(PyExc_ValueError, "remember_native: %zu bytes in %zd parameters: at most %zu "
+                   "bytes in %zu", size, PyTuple_GET_SIZE(offsets), PARAM_BYTES, PARAM_COUNT);
+      return false;
+    }
+    step->params.assign(PyBytes_AS_STRING(params), PyBytes_AS_STRING(params) + size);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(offsets); ++i) {
+      if (!unsigned_of(PyTuple_GET_ITEM(offsets, i), "a parameter offset", &n)) return false;
+      if (n >= size) {
+        PyErr_Format(PyExc_ValueError, "remember_native: offset %llu past %zu bytes", n, size);
+        return false;
+      }
+      step->offsets.push_back(static_cast<size_t>(n));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); ++i) {
+      PyObject* slot = PyTuple_GET_ITEM(slots, i);
+      unsigned long long source = 0;
+      if (!PyTuple_Check(slot) || PyTuple_GET_SIZE(slot) != 2 ||
+          !unsigned_of(PyTuple_GET_ITEM(slot, 0), "a slot's offset", &n) ||
+          !unsigned_of(PyTuple_GET_ITEM(slot, 1), "a slot's source", &source)) {
+        if (!PyErr_Occurred())
+          PyErr_Format(PyExc_ValueError, "remember_native: slot %R: expected (offset, source)",
+                       slot);
+        return false;
+      }
+      if (n + 8 > size || source > SOURCE_D) {
+        PyErr_Format(PyExc_ValueError, "remember_native: slot %R: an 8-byte pointer within %zu "
+                     "bytes, from A (0), B (1) or D (2)", slot, size);
+        return false;
+      }
+      step->slots.emplace_back(static_cast<size_t>(n), static_cast<int>(source));
+    }
+    return true;
+  }
+  if (kind == 1 && PyTuple_GET_SIZE(item) == 7) {
+    step->entry = true;
+    PyObject* sources = PyTuple_GET_ITEM(item, 3);
+    if (!unsigned_of(PyTuple_GET_ITEM(item, 1), "the entry point", &n)) return false;
+    step->call = reinterpret_cast<Entry>(n);
+    if (!unsigned_of(PyTuple_GET_ITEM(item, 2), "the shape array", &n)) return false;
+    step->shape = reinterpret_cast<const int64_t*>(n);
+    if (!PyTuple_Check(sources) || PyTuple_GET_SIZE(sources) != 4) {
+      PyErr_Format(PyExc_ValueError, "remember_native: entry step %R: expected four sources",
+                   item);
+      return false;
+    }
+    for (int i = 0; i < 4; ++i) {
+      if (!unsigned_of(PyTuple_GET_ITEM(sources, i), "a source", &n)) return false;
+      if (n > SOURCE_D) {
+        PyErr_Format(PyExc_ValueError, "remember_native: source %llu: A (0), B (1) or D (2)", n);
+        return false;
+      }
+      step->operands[i] = static_cast<int>(n);
+    }
+    step->alpha = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 4));
+    step->beta = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 5));
+    if (PyErr_Occurred()) return false;
+    if (!unsigned_of(PyTuple_GET_ITEM(item, 6), "the stream", &n)) return false;
+    step->stream = static_cast<uintptr_t>(n);
+    if (step->call == nullptr || step->shape == nullptr) {
+      PyErr_SetString(PyExc_ValueError, "remember_native: a null entry point or shape array");
+      return false;
+    }
+    return true;
+  }
+  if (!PyErr_Occurred())
+    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 7 fields) or "
+                 "an entry point (1, 6 fields)", item);
+  return false;
+}
+
+// A native plan from (context, d_dtype, d_sizes, steps, keep), as remember_native takes them; null
+// (and a Python error) where they are wrong. `streams` is the stream getter the plan will use.
+std::shared_ptr<Native> native_from(PyObject* context, PyObject* d_dtype, PyObject* d_sizes,
+                                    PyObject* steps, PyObject* keep, PyObject* streams) {
+  auto native = std::make_shared<Native>();
+  unsigned long long n = 0;
+  if (!unsigned_of(context, "the context", &n)) return nullptr;
+  native->context = reinterpret_cast<void*>(n);
+  if (native->context != nullptr) {
+    if (streams == nullptr) {
+      PyErr_SetString(PyExc_RuntimeError, "remember_native: bound with no stream getter");
+      return nullptr;
+    }
+    if (!load_driver()) return nullptr;
+  }
+  native->d_type = reinterpret_cast<THPDtype*>(d_dtype)->scalar_type;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d_sizes); ++i) {
+    if (!unsigned_of(PyTuple_GET_ITEM(d_sizes, i), "a size of D", &n)) return nullptr;
+    native->d_sizes.push_back(static_cast<int64_t>(n));
+  }
+  if (PyTuple_GET_SIZE(steps) == 0) {
+    PyErr_SetString(PyExc_ValueError, "remember_native: no steps");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); ++i) {
+    Step step;
+    if (!step_from(PyTuple_GET_ITEM(steps, i), native->context != nullptr, &step)) return nullptr;
+    native->steps.push_back(std::move(step));
+  }
+  Py_INCREF(keep);
+  native->keep = keep;
+  return native;
+}
+
+// remember_native(word, value, A, B, environment, generation, d_dtype, d_sizes, context, steps,
+// keep): an exact plan whose D (d_dtype, d_sizes) the steps make; context is the CUDA context
+// their functions live in (0 for a plan of host tensors, whose entry points run with stream 0);
+// keep is held while the plan is.
+PyObject* remember_native(PyObject*, PyObject* args) {
+  PyObject *word, *value, *A, *B, *environment, *generation, *d_dtype, *d_sizes, *context;
+  PyObject *steps, *keep;
+  if (!PyArg_ParseTuple(args, "UOOOO!OO!O!OO!O", &word, &value, &A, &B, &PyTuple_Type,
+                        &environment, &generation, &THPDtypeType, &d_dtype, &PyTuple_Type,
+                        &d_sizes, &context, &PyTuple_Type, &steps, &keep))
+    return nullptr;
+  auto native = native_from(context, d_dtype, d_sizes, steps, keep, stream_of);
+  if (native == nullptr) return nullptr;
+  return store_exact(word, value, A, B, environment, generation, nullptr, std::move(native));
+}
+
+// -- CuPy callers -------------------------------------------------------------------------------
+
+// A native plan for CuPy arrays: D's shape and dtype as cupy.empty takes them.
+struct ArrayPlan {
+  Made made;
+  std::shared_ptr<Native> native;
+  PyObject* d_shape = nullptr;  // owned
+  PyObject* d_dtype = nullptr;  // owned
+
+  ~ArrayPlan() {
+    drop(made);
+    Py_XDECREF(d_shape);
+    Py_XDECREF(d_dtype);
+  }
+};
+
+PyObject* array_type = nullptr;     // cupy.ndarray
+PyObject* array_empty = nullptr;    // cupy.empty
+PyObject* array_stream = nullptr;   // () -> the raw handle of CuPy's current stream
+PyObject* array_plans = nullptr;    // key (array_key) -> capsule of an ArrayPlan
+PyObject *data_name, *ptr_name, *device_id_name, *dtype_name, *shape_name, *strides_name;
+
+void release_array_plan(PyObject* capsule) {
+  delete static_cast<ArrayPlan*>(PyCapsule_GetPointer(capsule, "multibackend.ArrayPlan"));
+}
+
+// The address and device of an array's data (a CuPy MemoryPointer's ptr and device_id); false
+// (and a Python error) where it has none.
+bool address_of(PyObject* array, unsigned long long* address, long long* device) {
+  PyObject* data = PyObject_GetAttr(array, data_name);
+  if (data == nullptr) return false;
+  PyObject* ptr = PyObject_GetAttr(data, ptr_name);
+  PyObject* id = ptr != nullptr ? PyObject_GetAttr(data, device_id_name) : nullptr;
+  Py_DECREF(data);
+  if (id == nullptr) {
+    Py_XDECREF(ptr);
+    return false;
+  }
+  *address = PyLong_AsUnsignedLongLong(ptr);
+  *device = PyLong_AsLongLong(id);
+  Py_DECREF(ptr);
+  Py_DECREF(id);
+  return !PyErr_Occurred();
+}
+
+// The key of a call on CuPy arrays, as plans.py's hand_over_native_arrays makes it: (word,
+// value, then for A and B the dtype, shape, strides (bytes) and address modulo 256, then the
+// device). Null on a Python error.
+PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
+                    unsigned long long pointers[2]) {
+  PyObject* parts[11] = {word, value};
+  long long devices[2] = {0, 0};
+  PyObject* arrays[2] = {A, B};
+  bool ok = true;
+  for (int i = 0; i < 2 && ok; ++i) {
+    parts[2 + 4 * i] = PyObject_GetAttr(arrays[i], dtype_name);
+    parts[3 + 4 * i] = PyObject_GetAttr(arrays[i], shape_name);
+    parts[4 + 4 * i] = PyObject_GetAttr(arrays[i], strides_name);
+    ok = parts[2 + 4 * i] && parts[3 + 4 * i] && parts[4 + 4 * i] &&
+         address_of(arrays[i], &pointers[i], &devices[i]);
+    parts[5 + 4 * i] = ok ? PyLong_FromUnsignedLongLong(pointers[i] & 255) : nullptr;
+    ok = ok && parts[5 + 4 * i] != nullptr;
+  }
+  parts[10] = ok ? PyLong_FromLongLong(devices[0]) : nullptr;
+  ok = ok && parts[10] != nullptr && devices[0] == devices[1];
+  PyObject* key = ok ? PyTuple_New(11) : nullptr;
+  for (int i = 0; i < 11; ++i) {
+    if (i < 2) {
+      if (key != nullptr) {
+        Py_INCREF(parts[i]);
+        PyTuple_SET_ITEM(key, i, parts[i]);
+      }
+    } else if (key != nullptr) {
+      PyTuple_SET_ITEM(key, i, parts[i]);
+    } else {
+      Py_XDECREF(parts[i]);
+    }
+  }
+  if (key == nullptr && !PyErr_Occurred()) Py_RETURN_NONE;  // A and B on two devices
+  return key;
+}
+
+// serve_arrays(A, B, C, options): D for a repeated matmul of CuPy arrays whose native plan was
+// handed over (remember_arrays), else MISS.
+PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, options)");
+    return nullptr;
+  }
+  PyObject *A = args[0], *B = args[1], *word, *value;
+  if (args[2] != Py_None || array_plans == nullptr || Py_TYPE(A) != (PyTypeObject*)array_type ||
+      Py_TYPE(B) != (PyTypeObject*)array_type || !option_of(args[3], &word, &value))
+    return missed();
+  unsigned long long pointers[2] = {0, 0};
+  PyObject* key = array_key(word, value, A, B, pointers);
+  if (key == nullptr) return nullptr;
+  PyObject* found = key == Py_None ? nullptr : PyDict_GetItemWithError(array_plans, key);
+  Py_DECREF(key);
+  if (found == nullptr) return PyErr_Occurred() ? nullptr : missed();
+  const ArrayPlan& plan =
+      *static_cast<ArrayPlan*>(PyCapsule_GetPointer(found, "multibackend.ArrayPlan"));
+  const int now = current(plan.made);
+  if (now <= 0) return now < 0 ? nullptr : missed();
+  uintptr_t stream = 0;
+  const int ready = stream_for(*plan.native, array_stream, nullptr, &stream);
+  if (ready <= 0) return ready < 0 ? nullptr : missed();
+  PyObject* D = PyObject_CallFunctionObjArgs(array_empty, plan.d_shape, plan.d_dtype, nullptr);
+  if (D == nullptr) return nullptr;
+  unsigned long long d_pointer = 0;
+  long long d_device = 0;
+  if (!address_of(D, &d_pointer, &d_device)) {
+    Py_DECREF(D);
+    return nullptr;
+  }
+  const uintptr_t all[3] = {pointers[0], pointers[1], static_cast<uintptr_t>(d_pointer)};
+  if (!launch_steps(*plan.native, all, stream)) {
+    Py_DECREF(D);
+    return missed();
+  }
+  ++served_count;
+  return D;
+}
+
+// bind_arrays(ndarray type, empty, stream getter): the array library of serve_arrays.
+PyObject* bind_arrays(PyObject*, PyObject* args) {
+  PyObject *type, *empty, *streams;
+  if (!PyArg_ParseTuple(args, "O!OO", &PyType_Type, &type, &empty, &streams)) return nullptr;
+  if (array_plans == nullptr && (array_plans = PyDict_New()) == nullptr) return nullptr;
+  Py_INCREF(type);
+  Py_XSETREF(array_type, type);
+  Py_INCREF(empty);
+  Py_XSETREF(array_empty, empty);
+  Py_INCREF(streams);
+  Py_XSETREF(array_stream, streams);
+  Py_RETURN_NONE;
+}
+
+// remember_arrays(key, environment, generation, d_shape, d_dtype (the array library's), torch
+// dtype of D, context, steps, keep): a native plan for calls on arrays with this key.
+PyObject* remember_arrays(PyObject*, PyObject* args) {
+  PyObject *key, *environment, *generation, *d_shape, *d_dtype, *d_type, *context, *steps, *keep;
+  if (!PyArg_ParseTuple(args, "O!O!OO!OO!OO!O", &PyTuple_Type, &key, &PyTuple_Type, &environment,
+                        &generation, &PyTuple_Type, &d_shape, &d_dtype, &THPDtypeType, &d_type,
+                        &context, &PyTuple_Type, &steps, &keep))
+    return nullptr;
+  if (array_plans == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "remember_arrays: no array library bound");
+    return nullptr;
+  }
+  if (PyTuple_GET_SIZE(key) != 11) {
+    PyErr_SetString(PyExc_ValueError, "remember_arrays: a key holds 11 items");
+    return nullptr;
+  }
+  auto plan = std::make_unique<ArrayPlan>();
+  plan->native = native_from(context, d_type, d_shape, steps, keep, array_stream);
+  if (plan->native == nullptr) return nullptr;
+  if (!made_from(environment, generation, nullptr, &plan->made)) return nullptr;
+  Py_INCREF(d_shape);
+  plan->d_shape = d_shape;
+  Py_INCREF(d_dtype);
+  plan->d_dtype = d_dtype;
+  PyObject* capsule = PyCapsule_New(plan.get(), "multibackend.ArrayPlan", release_array_plan);
+  if (capsule == nullptr) return nullptr;
+  plan.release();
+  if (PyDict_GET_SIZE(array_plans) >= static_cast<Py_ssize_t>(LIMIT)) PyDict_Clear(array_plans);
+  const int stored = PyDict_SetItem(array_plans, key, capsule);
+  Py_DECREF(capsule);
+  if (stored < 0) return nullptr;
+  Py_RETURN_NONE;
+}
+
+void clear_arrays() {
+  if (array_plans != nullptr) PyDict_Clear(array_plans);
+}
+
 PyObject* forget(PyObject*, PyObject*) {
   clear();
   Py_RETURN_NONE;
 }
 
-// bind(fallback, miss, environ_data, (three encoded variable names), generation list)
+// bind(fallback, miss, environ_data, (three encoded variable names), generation list,
+// stream_of (device index -> raw handle of torch's current stream there; None without CUDA))
 PyObject* bind(PyObject*, PyObject* args) {
-  PyObject *call, *sentinel, *environ, *keys, *cell;
-  if (!PyArg_ParseTuple(args, "OOO!O!O!", &call, &sentinel, &PyDict_Type, &environ,
-                        &PyTuple_Type, &keys, &PyList_Type, &cell))
+  PyObject *call, *sentinel, *environ, *keys, *cell, *streams;
+  if (!PyArg_ParseTuple(args, "OOO!O!O!O", &call, &sentinel, &PyDict_Type, &environ,
+                        &PyTuple_Type, &keys, &PyList_Type, &cell, &streams))
     return nullptr;
+  if (streams == Py_None) {
+    Py_CLEAR(stream_of);
+  } else {
+    Py_INCREF(streams);
+    Py_XSETREF(stream_of, streams);
+  }
   if (PyTuple_GET_SIZE(keys) != 3 || PyList_GET_SIZE(cell) != 1) {
     PyErr_SetString(PyExc_ValueError, "bind: three variable names and a one-item list");
     return nullptr;
@@ -449,10 +990,11 @@ PyObject* bind(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// (family plans held, exact plans held, calls served)
+// (family plans held, exact plans held (CuPy arrays' included), calls served)
 PyObject* stats(PyObject*, PyObject*) {
+  const Py_ssize_t arrays = array_plans != nullptr ? PyDict_GET_SIZE(array_plans) : 0;
   return Py_BuildValue("(nnK)", static_cast<Py_ssize_t>(families.size()),
-                       static_cast<Py_ssize_t>(exact_count), served_count);
+                       static_cast<Py_ssize_t>(exact_count) + arrays, served_count);
 }
 
 PyMethodDef methods[] = {
@@ -462,6 +1004,13 @@ PyMethodDef methods[] = {
     {"remember", remember, METH_VARARGS, "remember a family plan made by torch's own op"},
     {"remember_exact", remember_exact, METH_VARARGS,
      "remember an exact plan made by torch's own op"},
+    {"remember_native", remember_native, METH_VARARGS,
+     "remember an exact plan made by kernels launched from here"},
+    {"serve_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_arrays)),
+     METH_FASTCALL, "serve_arrays(A, B, C, options): D from a native plan of CuPy arrays, else MISS"},
+    {"remember_arrays", remember_arrays, METH_VARARGS,
+     "remember a native plan for calls on CuPy arrays"},
+    {"bind_arrays", bind_arrays, METH_VARARGS, "bind cupy.ndarray, cupy.empty and a stream getter"},
     {"forget", forget, METH_NOARGS, "drop every plan"},
     {"bind", bind, METH_VARARGS, "bind the fallback, MISS, the environment and the generation"},
     {"stats", stats, METH_NOARGS, "(family plans held, exact plans held, calls served)"},
@@ -476,6 +1025,15 @@ PyMODINIT_FUNC PyInit__fastcall() {
   backend_word = PyUnicode_InternFromString("backend");
   autotune_word = PyUnicode_InternFromString("autotune");
   auto_word = PyUnicode_InternFromString("auto");
-  if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr) return nullptr;
+  data_name = PyUnicode_InternFromString("data");
+  ptr_name = PyUnicode_InternFromString("ptr");
+  device_id_name = PyUnicode_InternFromString("device_id");
+  dtype_name = PyUnicode_InternFromString("dtype");
+  shape_name = PyUnicode_InternFromString("shape");
+  strides_name = PyUnicode_InternFromString("strides");
+  if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr ||
+      data_name == nullptr || ptr_name == nullptr || device_id_name == nullptr ||
+      dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr)
+    return nullptr;
   return PyModule_Create(&module);
 }

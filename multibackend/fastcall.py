@@ -7,7 +7,11 @@ key is built and hashed, and ``torch.mm`` then parses its arguments again. On a 
 problem that is several percent of the call. The extension reads those from the C++ tensor,
 finds the family among those :mod:`~multibackend.plans` remembered, and calls ``at::mm`` or
 ``at::matmul`` (the ops ``torch.mm`` and ``torch.matmul`` run) with no Python argument parsing,
-so the call costs about what torch's own does.
+so the call costs about what torch's own does. Where the plan is a kernel of ours (raw WMMA,
+Triton's pointer kernels, CUTLASS), the backend describes its launch once
+(:mod:`multibackend.native`) and the front allocates D with ``at::empty`` and launches it on
+torch's current stream itself: ``cuLaunchKernel`` from a parameter buffer made once, with only
+the pointers written per call, or the kernel library's ``mb_gemm``.
 
 It is built against the installed torch, on first use, with the C++ compiler (``$CXX``, else
 ``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location and
@@ -81,7 +85,8 @@ def command(cxx: str, output: Path) -> list[str]:
             f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
             f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
             f"-I{sysconfig.get_paths()['include']}", str(SOURCE), f"-L{lib}", "-lc10",
-            "-ltorch", "-ltorch_cpu", "-ltorch_python", f"-Wl,-rpath,{lib}", "-o", str(output)]
+            "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl", f"-Wl,-rpath,{lib}", "-o",
+            str(output)]
 
 
 def _paths(key: str) -> tuple[Path, Path, Path]:

@@ -22,6 +22,7 @@ from . import fastcall, tuning
 from .arrays import caller_stream, is_current, on_stream, to_kind
 from .autotune import ENV_AUTOTUNE
 from .dispatch import ENV_BACKEND, Decision
+from .native import Native
 from .problem import Problem
 from .registry import REGISTRY
 from .request import batched
@@ -40,7 +41,8 @@ class Plan:
     for after the plan's first run; None where it has none. ``produce``: the backend's call
     that makes D itself from the caller's arrays, as the caller's own call would (cuBLAS's
     ``torch.mm``, ``torch.matmul``, ``cupy.matmul``), where it offers one for a call with no
-    ``out``."""
+    ``out``. ``front``: the call's one option as (name, value), where the compiled front may
+    launch the backend's kernels for it (:func:`hand_over_native`) once they are bound."""
 
     problem: Problem
     decision: Decision
@@ -52,6 +54,7 @@ class Plan:
     d_dtype: Any = None
     bound: Any = _UNBOUND
     produce: Any = None
+    front: tuple | None = None
 
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,
@@ -103,6 +106,13 @@ class Plan:
                 self.backend.run(p, ops, self.decision.config)
                 if self.bound is _UNBOUND:
                     self.bound = self.backend.bind(p, self.decision.config, ops)
+                    if self.front is not None and c is None and (
+                            out is None and a.dim() == 2 and b.dim() == 2):
+                        launch = self.backend.native(p, self.decision.config, ops)
+                        if self.kind == "torch":
+                            hand_over_native(self.front, a, b, launch)
+                        else:
+                            hand_over_native_arrays(self.front, a, b, launch)
             else:
                 self.bound(a, b, c, d, stream)
             return d
@@ -271,7 +281,9 @@ def front() -> Any:
 
 def bind(module: Any) -> None:
     """Bind the compiled front to this module's Python front, MISS, environment and tables."""
-    module.bind(served, MISS, _ENVIRON, (_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY), _GENERATION)
+    torch = sys.modules["torch"]
+    module.bind(served, MISS, _ENVIRON, (_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY), _GENERATION,
+                getattr(torch._C, "_cuda_getCurrentRawStream", None))
 
 
 def _hand_over(fam_key: tuple, found: tuple) -> None:
@@ -299,6 +311,82 @@ def hand_over_exact(word: tuple[str, Any], a: Any, b: Any, produce: Any) -> None
     if a.__class__ is not torch.Tensor or b.__class__ is not torch.Tensor:
         return
     module.remember_exact(word[0], word[1], a, b, _watched_environment(), _GENERATION[0], op)
+
+
+def hand_over_native(word: tuple[str, Any], a: Any, b: Any, launch: Native | None) -> None:
+    """Give the compiled front a plan whose D the backend's kernels make (``launch``, as
+    :meth:`~multibackend.backends.base.Backend.native` describes them; nothing where None),
+    for calls with one option ``word`` on torch tensors exactly like ``a`` and ``b``, under
+    the environment and tables of now. Where the driver cannot be loaded from here, the
+    Python path keeps the calls."""
+    module = _COMPILED[0]
+    if module is None or launch is None or not isinstance(word[0], str):
+        return
+    try:
+        module.remember_native(word[0], word[1], a, b, _watched_environment(), _GENERATION[0],
+                               launch.d_dtype, launch.d_sizes, launch.context,
+                               tuple(step.wire() for step in launch.steps), launch.keep)
+    except RuntimeError:  # no libcuda.so.1 to launch from
+        return
+
+
+#: (cupy.ndarray, the compiled front's serve_arrays) once a plan of CuPy arrays is handed over
+ARRAYS: list = [None, None]
+
+
+def hand_over_native_arrays(word: tuple[str, Any], a: Any, b: Any,
+                            launch: Native | None) -> None:
+    """:func:`hand_over_native` for calls on CuPy arrays, ``a`` and ``b`` the torch views of
+    this call's arrays: the front then serves calls on arrays of the same dtype, shape,
+    strides, alignment and device with ``cupy.empty`` for D and CuPy's current stream."""
+    module = _COMPILED[0]
+    key = array_key(word, a, b)
+    d_dtype = _numpy_dtype(launch.d_dtype) if launch is not None else None
+    if module is None or key is None or d_dtype is None:
+        return
+    if ARRAYS[0] is None:
+        import cupy
+
+        module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
+        ARRAYS[:] = [cupy.ndarray, module.serve_arrays]
+    try:
+        module.remember_arrays(key, _watched_environment(), _GENERATION[0], launch.d_sizes,
+                               d_dtype, launch.d_dtype, launch.context,
+                               tuple(step.wire() for step in launch.steps), launch.keep)
+    except RuntimeError:  # no libcuda.so.1 to launch from
+        return
+
+
+def array_key(word: tuple[str, Any], a: Any, b: Any) -> tuple | None:
+    """The compiled front's key of a call with one option ``word`` on CuPy arrays whose
+    torch views are ``a`` and ``b``: the word, then each array's NumPy dtype, shape, strides
+    in bytes and address modulo 256, then the device (as the front reads them from the
+    arrays); None where a dtype has no NumPy spelling or the word is not a name."""
+    if not isinstance(word[0], str):
+        return None
+    key = (word[0], word[1])
+    for t in (a, b):
+        dtype = _numpy_dtype(t.dtype)
+        if dtype is None:
+            return None
+        key += (dtype, tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
+                t.data_ptr() & 255)
+    return key + (a.get_device(),)
+
+
+def _numpy_dtype(dtype: Any) -> Any:
+    """The NumPy dtype of a torch dtype, or None (bfloat16 has none)."""
+    import numpy
+
+    try:
+        return numpy.dtype(str(dtype).removeprefix("torch."))
+    except TypeError:
+        return None
+
+
+def _cupy_stream() -> int:
+    """The raw handle of CuPy's current stream."""
+    return sys.modules["cupy"].cuda.get_current_stream().ptr
 
 
 def _torch_op(produce: Any) -> str | None:

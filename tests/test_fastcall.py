@@ -166,7 +166,8 @@ def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
         return "python front"
 
     module.bind(recording, plans.MISS, plans._ENVIRON,
-                (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY), plans._GENERATION)
+                (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY), plans._GENERATION,
+                None)
     try:
         a, b, c = small_ints(6, 7), small_ints(7, 8), small_ints(6, 8)
         assert serve(a, b, c, {"backend": "auto"}) == "python front"

@@ -1,0 +1,142 @@
+"""Launches described for the compiled front, so a repeated call of our kernels skips Python.
+
+After a plan's first launches, a backend describes what a repeated call of the same plan runs
+(:meth:`~multibackend.backends.base.Backend.native`) as a :class:`Native`: D's dtype and sizes
+and one or more steps, each either
+
+- a :class:`KernelStep`: one ``cuLaunchKernel`` of a loaded function with a fixed grid, block
+  and dynamic shared memory, from a parameter buffer packed once, into which only the
+  operands' pointers are written per call (:data:`A`, :data:`B`, :data:`D` at given offsets);
+- an :class:`EntryStep`: one call of a kernel library's ``mb_gemm(shape, a, b, c, d, alpha,
+  beta, stream)`` (CUTLASS), with the operand each pointer argument takes.
+
+The compiled front (:mod:`multibackend.fastcall`) allocates D with ``at::empty`` and runs the
+steps on torch's current stream, while the function's context is current on the thread
+(anything else goes back to the Python path, which launches the same kernels). :func:`triton_step`
+packs a compiled Triton kernel's parameters the way Triton's own launcher does.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+#: the operand a pointer argument is written from on each call
+A, B, D = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """One kernel launch: ``params`` packed, ``offsets`` each parameter's place in it, ``slots``
+    the (offset, operand) pairs written with the operands' pointers per call."""
+
+    function: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    params: bytes
+    offsets: tuple[int, ...]
+    slots: tuple[tuple[int, int], ...]
+
+    def wire(self) -> tuple:
+        return (0, self.function, self.grid, self.block, self.smem, self.params, self.offsets,
+                self.slots)
+
+
+@dataclass(frozen=True)
+class EntryStep:
+    """One call of ``mb_gemm`` at ``function`` (an address) with the shape array at
+    ``shape``; ``operands`` the operand each of its a, b, c and d takes; ``stream`` the only
+    stream it may run on (a plan whose workspace belongs to one), 0 for any."""
+
+    function: int
+    shape: int
+    operands: tuple[int, int, int, int]
+    alpha: float
+    beta: float
+    stream: int = 0
+
+    def wire(self) -> tuple:
+        return (1, self.function, self.shape, self.operands, float(self.alpha), float(self.beta),
+                self.stream)
+
+
+@dataclass(frozen=True)
+class Native:
+    """What a repeated call runs: D's dtype and sizes, the CUDA context the steps' functions
+    belong to (0: host tensors, for tests), the steps, and what keeps their functions, buffers
+    and shape arrays alive while the plan is held."""
+
+    d_dtype: Any
+    d_sizes: tuple[int, ...]
+    context: int
+    steps: tuple[KernelStep | EntryStep, ...]
+    keep: tuple = ()
+
+
+def packed(params: list[tuple[str, Any]]) -> tuple[bytes, tuple[int, ...]]:
+    """(the values of ``params``, a list of (struct format code, value), each at its natural
+    alignment, and each one's offset)."""
+    data = bytearray()
+    offsets = []
+    for code, value in params:
+        size = struct.calcsize(code)
+        data += bytes(-len(data) % size)
+        offsets.append(len(data))
+        data += struct.pack(code, value)
+    return bytes(data), tuple(offsets)
+
+
+#: struct codes of Triton's scalar parameter types, as its launcher passes them (fp32 as a
+#: 32-bit float, fp64 as a double; 16-bit floats are not passed here)
+_TRITON_CODES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B",
+                 "u16": "H", "u32": "I", "u64": "Q", "fp32": "f", "f32": "f", "fp64": "d"}
+
+
+def _hooked(hook: Any) -> bool:
+    """Whether a Triton launch hook calls anything (a function, or a chain holding some)."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
+                sources: dict[int, int]) -> KernelStep | None:
+    """The launch of a compiled Triton kernel with ``args`` (every parameter of the kernel,
+    constexprs included, in order) as Triton's launcher makes it: the non-constexpr
+    parameters in order, a pointer per ``*`` type, then the global and profile scratch
+    pointers (null). ``sources`` maps the position of each pointer argument to the operand
+    it takes. None where that launcher does more than one plain launch (clusters,
+    cooperative or programmatic launches, scratch memory, launch hooks, tensor descriptors,
+    16-bit float or tuple arguments) or the kernel is not loaded."""
+    from triton import knobs
+
+    meta = compiled.metadata
+    if (compiled.function is None or getattr(meta, "num_ctas", 1) != 1
+            or getattr(meta, "launch_cooperative_grid", False) or getattr(meta, "launch_pdl", False)
+            or getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0)
+            or _hooked(knobs.runtime.launch_enter_hook)
+            or _hooked(knobs.runtime.launch_exit_hook)):
+        return None
+    types = list(compiled.src.signature.values())
+    if len(types) != len(args):
+        return None
+    params: list[tuple[str, Any]] = []
+    pointer_positions = []
+    for position, (kind, value) in enumerate(zip(types, args)):
+        if kind == "constexpr":
+            continue
+        if not isinstance(kind, str):
+            return None
+        if kind.startswith("*"):
+            if position not in sources:
+                return None
+            pointer_positions.append((len(params), sources[position]))
+            params.append(("Q", 0))
+        elif kind in _TRITON_CODES:
+            params.append((_TRITON_CODES[kind], value))
+        else:
+            return None
+    params += [("Q", 0), ("Q", 0)]  # global and profile scratch: none
+    data, offsets = packed(params)
+    slots = tuple((offsets[index], source) for index, source in pointer_positions)
+    return KernelStep(int(compiled.function), tuple(grid), (32 * meta.num_warps, 1, 1),
+                      int(meta.shared), data, offsets, slots)

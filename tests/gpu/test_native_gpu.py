@@ -1,0 +1,131 @@
+"""GPU tier for native plans: a repeated call of raw WMMA, Triton or CUTLASS is launched by the
+compiled front (multibackend/native.py) from its third call on, gives bit for bit what the
+Python path's launch of the same kernel gives, runs on torch's current stream, is captured in
+a CUDA graph, and leaves autograd and every call it does not cover to the Python path."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import multibackend as mb  # noqa: E402
+from multibackend import fastcall, plans, reference  # noqa: E402
+from multibackend.registry import REGISTRY  # noqa: E402
+from multibackend.request import matmul_call  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(fastcall.compiler() is None, reason="no C++ compiler")]
+
+BACKENDS = ["raw_wmma", "triton", "cutlass"]
+
+
+def _rand(shape, dtype=torch.float16, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).to(dtype)
+
+
+def _front():
+    plans.front()
+    module = plans._COMPILED[0]
+    assert module is not None, fastcall.status()
+    return module
+
+
+def _available(name):
+    reason = REGISTRY.get(name).available() if name in REGISTRY.names else "not registered"
+    if reason is not None:
+        pytest.skip(f"{name}: {reason}")
+
+
+def _check(a, b, d):
+    call = matmul_call(a, b, None)
+    ref = reference.reference_matmul(call.operands.a, call.operands.b, None, 1.0, 0.0)
+    cmp = reference.compare(call.problem, d, ref)
+    assert cmp.ok, cmp.detail
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(96, 80, 256), (67, 45, 136)])
+def test_a_repeated_call_is_launched_by_the_front(backend, shape):
+    _available(backend)
+    module = _front()
+    m, n, k = shape
+    a, b = _rand((m, k), seed=m), _rand((k, n), seed=n)
+    first = mb.matmul(a, b, backend=backend)  # plans
+    second = mb.matmul(a, b, backend=backend)  # the Python path binds, and hands over
+    served = module.stats()[2]
+    third = mb.matmul(a, b, backend=backend)
+    assert module.stats()[2] == served + 1, f"{backend} was not launched by the front"
+    assert third.shape == (m, n) and third.dtype == torch.float16
+    assert torch.equal(first, second) and torch.equal(second, third)
+    _check(a, b, third)
+    other = _rand((m, k), seed=m + 1)  # same layout, other values: pointers written per call
+    served = module.stats()[2]
+    by_front = mb.matmul(other, b, backend=backend)
+    assert module.stats()[2] == served + 1
+    by_python = mb.matmul(other, b, backend=backend, out=torch.empty_like(third))
+    assert torch.equal(by_front, by_python)
+    _check(other, b, by_front)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_launch_by_the_front_runs_on_torchs_current_stream_and_in_a_graph(backend):
+    _available(backend)
+    module = _front()
+    a, b = _rand((128, 256), seed=5), _rand((256, 192), seed=6)
+    for _ in range(2):
+        expected = mb.matmul(a, b, backend=backend)
+    late = -a  # holds -A until the side stream, after a delay, copies A into it
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    served = module.stats()[2]
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(5_000_000)
+        late.copy_(a)
+        on_side = mb.matmul(late, b, backend=backend)  # wrong stream: it would read -A
+    torch.cuda.current_stream().wait_stream(side)
+    assert module.stats()[2] == served + 1
+    assert torch.equal(on_side, expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mb.matmul(a, b, backend=backend)
+    a.copy_(_rand((128, 256), seed=7))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(a, b, captured)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_autograd_is_left_to_the_python_path(backend):
+    _available(backend)
+    module = _front()
+    a, b = _rand((64, 128), seed=8), _rand((128, 64), seed=9)
+    for _ in range(2):
+        mb.matmul(a, b, backend=backend)
+    leaf = a.clone().requires_grad_()
+    served = module.stats()[2]
+    d = mb.matmul(leaf, b, backend=backend)
+    d.float().sum().backward()
+    assert leaf.grad is not None and module.stats()[2] == served
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_repeated_call_on_cupy_arrays_is_launched_by_the_front(backend):
+    cupy = pytest.importorskip("cupy")
+    _available(backend)
+    module = _front()
+    a = cupy.asarray(_rand((96, 256), seed=11))
+    b = cupy.asarray(_rand((256, 80), seed=12))
+    first = mb.matmul(a, b, backend=backend)
+    mb.matmul(a, b, backend=backend)
+    served = module.stats()[2]
+    late = -a
+    side = cupy.cuda.Stream(non_blocking=True)
+    cupy.cuda.Device().synchronize()
+    with side:
+        late[...] = a
+        third = mb.matmul(late, b, backend=backend)  # wrong stream: it could read -A
+    side.synchronize()
+    assert module.stats()[2] == served + 1, f"{backend} on CuPy arrays was not served"
+    assert isinstance(third, cupy.ndarray) and third.shape == (96, 80)
+    assert bool((third == first).all())

@@ -1,0 +1,280 @@
+"""CPU tier for native plans (multibackend/native.py): launches of our kernels described once
+and run by the compiled front. Here a plan of host tensors (context 0, which dispatch never
+makes) whose entry point is a C function made by ctypes stands in for a kernel library's
+mb_gemm: it checks that the front passes each operand's pointer where the step says, the
+shape array, alpha and beta, allocates D as the plan says, and that a refused launch, autograd
+or a changed environment leave the call to the Python path. Triton's parameter packing is
+checked against a compiled kernel's signature as Triton's launcher reads it."""
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import fastcall, native, plans
+
+pytestmark = pytest.mark.skipif(fastcall.compiler() is None,
+                                reason="no C++ compiler ($CXX, c++ or g++) to build the front")
+
+#: mb_gemm's C signature
+ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_double,
+                         ctypes.c_void_p)
+
+
+@pytest.fixture
+def module():
+    plans.front()
+    module = plans._COMPILED[0]
+    assert module is not None, fastcall.status()
+    yield module
+    module.forget()
+
+
+def small_ints(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    return torch.randint(-3, 4, shape, generator=g, dtype=torch.int32).to(torch.float32)
+
+
+class HostEntry:
+    """A stand-in mb_gemm: D = alpha * (A @ B), written through D's pointer, from the tensors
+    whose pointers it is given; records each call's arguments; answers ``status``."""
+
+    def __init__(self, tensors: dict[int, torch.Tensor], status: int = 0):
+        self.tensors = tensors  # pointer -> tensor, A and B
+        self.status = status
+        self.calls: list[tuple] = []
+        self.function = ENTRY(self._call)
+        self.address = ctypes.cast(self.function, ctypes.c_void_p).value
+        self.shape = (ctypes.c_int64 * 3)(0, 0, 0)
+
+    def _call(self, shape, a, b, c, d, alpha, beta, stream):
+        self.calls.append((shape, a, b, c, d, alpha, beta, stream))
+        if self.status:
+            return self.status
+        product = alpha * (self.tensors[a] @ self.tensors[b])
+        ctypes.memmove(d, product.data_ptr(), product.numel() * product.element_size())
+        return 0
+
+
+def host_plan(module, entry: HostEntry, a, b, sources, alpha=1.0, word=("backend", "auto"),
+              sizes=None):
+    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape), sources, alpha, 0.0)
+    launch = native.Native(torch.float32, sizes or (a.shape[0], b.shape[1]), 0, (step,),
+                           keep=(entry,))
+    plans.hand_over_native(word, a, b, launch)
+
+
+def test_a_native_plan_passes_each_operand_where_its_step_says(module):
+    a, b = small_ints(5, 7), small_ints(7, 3, seed=1)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    # D^T = B^T A^T, as a column-major library sees row-major operands: its a is our B
+    host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D), alpha=2.0)
+    served = module.stats()[2]
+    d = mb.matmul(a, b)
+    assert module.stats()[2] == served + 1
+    assert d.shape == (5, 3) and d.dtype == torch.float32
+    assert torch.equal(d, 2 * (a @ b))
+    shape, pa, pb, pc, pd, alpha, beta, stream = entry.calls[-1]
+    assert (shape, pa, pb, pc, alpha, beta, stream) == (
+        ctypes.addressof(entry.shape), a.data_ptr(), b.data_ptr(), d.data_ptr(), 2.0, 0.0, None)
+    assert pd == d.data_ptr()
+
+
+def test_a_refused_launch_leaves_the_call_to_the_python_path(module):
+    a, b = small_ints(4, 6), small_ints(6, 2)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b}, status=7)
+    host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
+    served = module.stats()[2]
+    assert module.serve(a, b, None, {}) is plans.MISS
+    assert len(entry.calls) == 1 and module.stats()[2] == served
+
+
+def test_autograd_and_other_operands_are_not_served(module, monkeypatch):
+    a, b = small_ints(4, 6), small_ints(6, 2)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
+    a.requires_grad_()
+    assert module.serve(a, b, None, {}) is plans.MISS  # autograd records torch's op
+    assert module.serve(a.detach()[:, :5], b[:5], None, {}) is plans.MISS
+    assert module.serve(a, b, None, {"backend": "triton"}) is plans.MISS
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "cutlass")
+    assert module.serve(a, b, None, {}) is plans.MISS
+    monkeypatch.delenv("MULTIBACKEND_BACKEND")
+    assert entry.calls == []
+    with torch.no_grad():
+        assert torch.equal(module.serve(a, b, None, {}), a @ b)
+
+
+def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
+    a, b = small_ints(3, 3), small_ints(3, 3)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    before = sys.getrefcount(entry)
+    host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
+    assert sys.getrefcount(entry) == before + 1
+    for _ in range(100):
+        module.serve(a, b, None, {})
+    assert sys.getrefcount(entry) == before + 1
+    module.forget()
+    assert sys.getrefcount(entry) == before
+
+
+def test_wrong_native_plans_say_what_is_wrong(module):
+    a = small_ints(2, 2)
+    env, gen = (None,) * 3, 0
+    kernel = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0, 8), ((0, native.A),))
+    with pytest.raises(ValueError, match="a kernel step needs a CUDA context"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
+                               (kernel,), None)
+    entry = (1, 0, 8, (0, 1, 2, 2), 1.0, 0.0, 0)
+    with pytest.raises(ValueError, match="null entry point"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
+                               (entry,), None)
+    entry = (1, 8, 8, (0, 1, 3, 2), 1.0, 0.0, 0)
+    with pytest.raises(ValueError, match="source 3"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
+                               (entry,), None)
+    with pytest.raises(ValueError, match="no steps"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0, (),
+                               None)
+    with pytest.raises(ValueError, match="expected a kernel"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
+                               ((2, 1),), None)
+    assert module.stats()[1] == 0
+
+
+def test_kernel_steps_check_their_parameter_buffer(module):
+    """A kernel step needs torch's stream getter (CUDA torch) and libcuda: refused without
+    either, saying which; with both, its parameter buffer is checked."""
+    a = small_ints(2, 2)
+    env, gen = (None,) * 3, 0
+    step = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ())
+
+    def remember(*steps):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 1,
+                               steps, None)
+
+    keys = (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY)
+    module.bind(plans.served, plans.MISS, plans._ENVIRON, keys, plans._GENERATION, None)
+    try:
+        with pytest.raises(RuntimeError, match="bound with no stream getter"):
+            remember(step)
+        module.bind(plans.served, plans.MISS, plans._ENVIRON, keys, plans._GENERATION,
+                    lambda device: 0)
+        try:
+            ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            with pytest.raises(RuntimeError, match="libcuda.so.1 did not load"):
+                remember(step)
+            return
+        with pytest.raises(ValueError, match="an 8-byte pointer within 8 bytes"):
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ((4, native.A),)))
+        with pytest.raises(ValueError, match="at most 4096 bytes"):
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), ()))
+        with pytest.raises(ValueError, match="offset 8 past 8 bytes"):
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (8,), ()))
+    finally:
+        plans.bind(module)
+    assert module.stats()[1] == 0
+
+
+# -- Triton's launch, packed as its launcher packs it ---------------------------------------
+
+def compiled_kernel(signature: dict[str, str], **meta):
+    fields = dict(num_warps=4, shared=1024, num_ctas=1, launch_cooperative_grid=False,
+                  launch_pdl=False, global_scratch_size=0, profile_scratch_size=0)
+    fields.update(meta)
+    return SimpleNamespace(function=0xABC, metadata=SimpleNamespace(**fields),
+                           src=SimpleNamespace(signature=signature))
+
+
+SIGNATURE = {"a": "*fp16", "b": "*fp16", "d": "*fp16", "M": "i32", "K": "i64", "one": "constexpr",
+             "alpha": "fp32", "BLOCK": "constexpr"}
+
+
+def test_a_triton_launch_packs_its_parameters_as_tritons_launcher_does():
+    kernel = compiled_kernel(SIGNATURE)
+    args = ("A", "B", "D", 100, 2 ** 40, 1, 0.5, 64)
+    step = native.triton_step(kernel, (3, 2, 1), args, {0: native.A, 1: native.B, 2: native.D})
+    assert step is not None
+    assert (step.function, step.grid, step.block, step.smem) == (0xABC, (3, 2, 1), (128, 1, 1),
+                                                                 1024)
+    # a, b, d (8 bytes each), M (4), K (8, aligned), alpha (4), the two scratch pointers
+    assert step.offsets == (0, 8, 16, 24, 32, 40, 48, 56)
+    assert step.slots == ((0, native.A), (8, native.B), (16, native.D))
+    params = step.params
+    assert struct.unpack_from("i", params, 24) == (100,)
+    assert struct.unpack_from("q", params, 32) == (2 ** 40,)
+    assert struct.unpack_from("f", params, 40) == (0.5,)
+    assert params[48:64] == bytes(16)
+    assert len(params) == 64
+
+
+@pytest.mark.parametrize("meta", [dict(num_ctas=2), dict(launch_pdl=True),
+                                  dict(launch_cooperative_grid=True),
+                                  dict(global_scratch_size=64), dict(profile_scratch_size=8)])
+def test_a_triton_launch_that_is_more_than_one_plain_launch_is_not_described(meta):
+    kernel = compiled_kernel(SIGNATURE, **meta)
+    args = ("A", "B", "D", 100, 7, 1, 0.5, 64)
+    assert native.triton_step(kernel, (1, 1, 1), args, {0: 0, 1: 1, 2: 2}) is None
+
+
+def test_a_triton_launch_with_an_unknown_pointer_or_type_is_not_described(monkeypatch):
+    args = ("A", "B", "D", 100, 7, 1, 0.5, 64)
+    assert native.triton_step(compiled_kernel(SIGNATURE), (1, 1, 1), args, {0: 0, 1: 1}) is None
+    half = dict(SIGNATURE, alpha="fp16")
+    assert native.triton_step(compiled_kernel(half), (1, 1, 1), args, {0: 0, 1: 1, 2: 2}) is None
+    assert native.triton_step(compiled_kernel(SIGNATURE), (1, 1, 1), args[:-1],
+                              {0: 0, 1: 1, 2: 2}) is None
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
+    assert native.triton_step(compiled_kernel(SIGNATURE), (1, 1, 1), args,
+                              {0: 0, 1: 1, 2: 2}) is None
+
+
+# -- CuPy callers: the front reads an array's dtype, shape, strides and data pointer ---------
+
+class HostArray:
+    """An array as the front reads a CuPy array (``dtype``, ``shape``, ``strides`` in bytes,
+    ``data.ptr``, ``data.device_id``), over a host tensor."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+        self.dtype = plans._numpy_dtype(tensor.dtype)
+        self.shape = tuple(tensor.shape)
+        self.strides = tuple(s * tensor.element_size() for s in tensor.stride())
+        self.data = SimpleNamespace(ptr=tensor.data_ptr(), device_id=-1)
+
+
+def host_empty(shape, dtype):
+    return HostArray(torch.empty(shape, dtype=getattr(torch, dtype.name)))
+
+
+def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
+    module.bind_arrays(HostArray, host_empty, lambda: 0)
+    a, b = small_ints(6, 5), small_ints(5, 4, seed=2)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
+                            (native.A, native.B, native.D, native.D), 1.0, 0.0)
+    key = plans.array_key(("backend", "triton"), a, b)
+    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (6, 4),
+                           plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
+                           entry)
+    served = module.stats()[2]
+    d = module.serve_arrays(HostArray(a), HostArray(b), None, {"backend": "triton"})
+    assert isinstance(d, HostArray) and d.shape == (6, 4)
+    assert torch.equal(d.tensor, a @ b) and module.stats()[2] == served + 1
+    assert module.serve_arrays(HostArray(a), HostArray(b), None, {}) is plans.MISS
+    assert module.serve_arrays(HostArray(a.t().contiguous().t()), HostArray(b), None,
+                               {"backend": "triton"}) is plans.MISS  # other strides
+    assert module.serve_arrays(a, b, None, {"backend": "triton"}) is plans.MISS  # not arrays
+    module.forget()
+    assert module.serve_arrays(HostArray(a), HostArray(b), None,
+                               {"backend": "triton"}) is plans.MISS
+    assert plans.array_key(("backend", "triton"), a.bfloat16(), b) is None
