@@ -37,6 +37,17 @@ def _available(name):
         pytest.skip(f"{name}: {reason}")
 
 
+def _handed_over(backend, m, n, k, seed):
+    """(the front, A, B, D) after the two calls that plan matmul(A, B, backend=backend) and
+    hand its launch to the front."""
+    _available(backend)
+    module = _front()
+    a, b = _rand((m, k), seed=seed), _rand((k, n), seed=seed + 1)
+    for _ in range(2):
+        d = mb.matmul(a, b, backend=backend)
+    return module, a, b, d
+
+
 def _check(a, b, d):
     call = matmul_call(a, b, None)
     ref = reference.reference_matmul(call.operands.a, call.operands.b, None, 1.0, 0.0)
@@ -70,11 +81,7 @@ def test_a_repeated_call_is_launched_by_the_front(backend, shape):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_launch_by_the_front_runs_on_torchs_current_stream_and_in_a_graph(backend):
-    _available(backend)
-    module = _front()
-    a, b = _rand((128, 256), seed=5), _rand((256, 192), seed=6)
-    for _ in range(2):
-        expected = mb.matmul(a, b, backend=backend)
+    module, a, b, expected = _handed_over(backend, 128, 192, 256, seed=5)
     late = -a  # holds -A until the side stream, after a delay, copies A into it
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
@@ -89,7 +96,7 @@ def test_a_launch_by_the_front_runs_on_torchs_current_stream_and_in_a_graph(back
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = mb.matmul(a, b, backend=backend)
-    a.copy_(_rand((128, 256), seed=7))
+    a.copy_(_rand((128, 256), seed=17))
     graph.replay()
     torch.cuda.synchronize()
     _check(a, b, captured)
@@ -97,11 +104,7 @@ def test_a_launch_by_the_front_runs_on_torchs_current_stream_and_in_a_graph(back
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_autograd_is_left_to_the_python_path(backend):
-    _available(backend)
-    module = _front()
-    a, b = _rand((64, 128), seed=8), _rand((128, 64), seed=9)
-    for _ in range(2):
-        mb.matmul(a, b, backend=backend)
+    module, a, b, _ = _handed_over(backend, 64, 64, 128, seed=8)
     leaf = a.clone().requires_grad_()
     served = module.stats()[2]
     d = mb.matmul(leaf, b, backend=backend)
