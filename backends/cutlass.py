@@ -445,7 +445,6 @@ class CutlassBackend(Backend):
                                 f"{problem.describe()}: {library.status_string(status)} "
                                 f"({library.cuda_error_string()})")
 
-
     def native(self, problem: Problem, config: Config,
                operands: Operands) -> native.Native | None:
         """The library's ``mb_gemm`` with the sizes and settings prepared for ``config``, for
