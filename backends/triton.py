@@ -481,7 +481,8 @@ class TritonBackend(Backend):
         kept_partial, kept_finish = partial.kept(partial_key), finish.kept(reduce_key)
         if kept_partial is None or kept_finish is None:
             return None
-        (first, first_tail), (second, second_tail) = kept_partial[:2], kept_finish[:2]
+        first, first_tail = kept_partial.runner, kept_partial.tail
+        second, second_tail = kept_finish.runner, kept_finish.tail
         shape, device, f32 = plan.workspace, ops.d.device, torch.float32
         middle = rest[2:]  # the reduction's integers, alpha and beta
 

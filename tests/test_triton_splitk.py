@@ -248,8 +248,10 @@ class _RecordingLauncher:
     def kept(self, key):
         if key not in self.keys:
             return None
-        return (lambda *args, stream: self.launches.append((self.name, args[:-1], stream)),
-                ("TAIL",))
+        from multibackend.backends.triton_launch import Kept
+
+        return Kept(lambda *args, stream: self.launches.append((self.name, args[:-1], stream)),
+                    ("TAIL",), None, (1, 1, 1))
 
 
 @pytest.mark.parametrize("with_c", [False, True])
