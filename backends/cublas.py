@@ -17,7 +17,8 @@ Row- and column-major operands and strided views are handed to torch as they are
 take transposed operands without copies (and copy what cuBLAS cannot take, as torch.matmul
 would). A remembered call with 2-D arrays launches through :meth:`CublasBackend.produce`:
 the call the caller would make itself — torch's op for a torch caller, ``cupy.matmul`` for a
-CuPy caller — making D as that call does, with nothing in between.
+CuPy caller (for matrices, the ``cublasGemmEx`` it ends in, made directly:
+:mod:`.cublas_cupy`) — making D as that call does, with nothing in between.
 
 This backend is never chosen by the ranked heuristic's search for a faster kernel: it is what
 ``auto`` falls back to, and the tuning table may pick it where it is the fastest.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
+from multibackend.backends import cublas_cupy
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
@@ -198,7 +200,8 @@ class CublasBackend(Backend):
         goes to ``addmm`` as the bias vector it is, as ``torch.nn.functional.linear`` passes
         it, which cuBLASLt adds in its epilogue), a CuPy caller ``cupy.matmul``
         for the dtypes CuPy holds, with no C, float32 only as IEEE float32 (CuPy's own TF32
-        switch, ``CUPY_TF32``, off)."""
+        switch, ``CUPY_TF32``, off) — for matrices, the cuBLAS call it ends in, made directly
+        (:mod:`.cublas_cupy`)."""
         if problem.op != "matmul" or problem.in_dtype not in FLOATS:
             return None
         plain = not problem.has_c and alpha == 1
@@ -210,7 +213,10 @@ class CublasBackend(Backend):
             if not plain or problem.in_dtype == "bfloat16" or (
                     problem.in_dtype == "float32" and os.environ.get("CUPY_TF32", "0") != "0"):
                 return None
-            return cupy.matmul
+            direct = None
+            if matrices and problem.cc is not None:
+                direct = cublas_cupy.matrices(problem.in_dtype, problem.cc)
+            return direct or cupy.matmul
         import torch
 
         if kind != "torch" or problem.in_dtype == "float32":

@@ -454,7 +454,7 @@ class CutlassBackend(Backend):
         prepared = self._prepare(problem, config)
         if prepared.integer and operands.alpha != int(operands.alpha):
             return None
-        stream = 0
+        stream = None
         if prepared.workspace_bytes:
             if prepared.stream is None:
                 return None

@@ -30,9 +30,10 @@ block partials is allocated once per (device, stream).
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from multibackend import driver, dtypes, native, nvrtc, staging
 from multibackend.backends.base import Backend, Config, Operands
@@ -346,6 +347,15 @@ def dot_arguments(problem: Problem, ops: Operands, partial: int,
 BoundLaunch = Callable[[Any, Any, Any, Any, int], None]
 
 
+class DotLaunch(NamedTuple):
+    """The dot's two passes as :meth:`RawWmmaBackend.bind` prepared them, and ``partial``:
+    the address of the block partials' buffer for a raw stream handle."""
+
+    first: driver.Launch
+    final: driver.Launch
+    partial: Callable[[int], int]
+
+
 class RawWmmaBackend(Backend):
     name = "raw_wmma"
     takes_matrices = True  # the kernels read 2-D operands as batch-1 ones
@@ -489,9 +499,8 @@ class RawWmmaBackend(Backend):
         bound = self._launches.get(key)
         if bound is None:
             kernel = kernel_for(problem, config)
-            prepared = None
             if problem.op == "dot":
-                bound = self._bind_dot(problem, config, kernel, operands)
+                bound, prepared = self._bind_dot(problem, config, kernel, operands)
             else:
                 bound, prepared = self._bind_gemm(problem, kernel, operands)
             with self._lock:
@@ -499,27 +508,29 @@ class RawWmmaBackend(Backend):
                     self._launches.clear()
                     self._prepared.clear()
                 self._launches[key] = bound
-                if prepared is not None:
-                    self._prepared[key] = prepared
+                self._prepared[key] = prepared
         return bound
 
     def native(self, problem: Problem, config: Config,
                operands: Operands) -> native.Native | None:
         """The fast or generic kernel's launch as :meth:`bind` prepared it, for a product
-        without C (the dot's two passes use a per-stream scratch buffer: not described)."""
-        if problem.op != "matmul" or problem.batch != 1 or gemm_c(problem, operands) is not None \
-                or staging.is_staged(config):
+        without C; the dot's two passes with the block partials of the caller's stream (the
+        plan runs on that stream only)."""
+        if staging.is_staged(config):
             return None
         prepared = self._prepared.get(self._launch_key(problem, config, operands))
         if prepared is None:
             return None
-        args = prepared.args
-        layout = type(args.values)
-        step = native.KernelStep(
-            int(prepared.function.handle), prepared.grid, prepared.block, prepared.dynamic_smem,
-            bytes(args.values), tuple(getattr(layout, name).offset for name, _ in args.params),
-            tuple((getattr(layout, name).offset, source)
-                  for name, source in (("a", native.A), ("b", native.B), ("d", native.D))))
+        if problem.op == "dot":
+            first, final, partial = prepared.first, prepared.final, prepared.partial
+            stream, at = operands.stream, {"partial": partial(operands.stream)}
+            steps = (native.launch_step(first, {"x": native.A, "y": native.B}, at, stream),
+                     native.launch_step(final, {"out": native.D}, at, stream))
+            return native.Native(dtypes.torch_dtype(problem.d_dtype), (),
+                                 first.function.context, steps, keep=(prepared,))
+        if problem.batch != 1 or gemm_c(problem, operands) is not None:
+            return None
+        step = native.launch_step(prepared, {"a": native.A, "b": native.B, "d": native.D})
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
                              prepared.function.context, (step,), keep=(prepared,))
 
@@ -557,7 +568,8 @@ class RawWmmaBackend(Backend):
         return bound, prepared
 
     def _bind_dot(self, problem: Problem, config: Config, kernel: Kernel,
-                  ops: Operands) -> BoundLaunch:
+                  ops: Operands) -> tuple[BoundLaunch, DotLaunch]:
+        """The bound launch of the dot's two passes, and their :class:`DotLaunch`."""
         import torch
 
         device = self._device_index(problem)
@@ -571,13 +583,14 @@ class RawWmmaBackend(Backend):
         first_args = driver.Arguments(first_fn.name, DOT_PARAMS, first_values)
         final_args = driver.Arguments(final_fn.name, DOT_FINAL_PARAMS, final_values)
         block = (kernel.threads, 1, 1)
-        first = driver.Launch(first_fn, (blocks, 1, 1), block, 0, first_args).launch
-        final = driver.Launch(final_fn, (1, 1, 1), block, 0, final_args).launch
+        prepared = DotLaunch(driver.Launch(first_fn, (blocks, 1, 1), block, 0, first_args),
+                             driver.Launch(final_fn, (1, 1, 1), block, 0, final_args),
+                             functools.partial(self._partials, device, sms=sms, wide=wide))
+        first, final, partials = prepared.first.launch, prepared.final.launch, prepared.partial
         first_slots, final_slots, lock = first_args.values, final_args.values, threading.Lock()
-        partials = self._partials
 
         def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
-            partial = partials(device, stream, sms, wide)
+            partial = partials(stream)
             with lock:  # the slots are shared: one launch at a time writes and reads them
                 first_slots.x = a.data_ptr()
                 first_slots.y = b.data_ptr()
@@ -585,7 +598,7 @@ class RawWmmaBackend(Backend):
                 final_slots.out = d.data_ptr()
                 first(stream)
                 final(stream)
-        return bound
+        return bound, prepared
 
     def _partials(self, device: int, stream: int, sms: int, wide: bool) -> int:
         """The address of a per-(device, stream) buffer for the dot's block partials (float64

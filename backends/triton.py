@@ -589,6 +589,30 @@ class TritonBackend(Backend):
         finish((problem.acc, programs), (1, 1, 1), ops.stream, (partial, ops.d, programs),
                lambda: {"BLOCK": 1024, "ACC": acc, "num_warps": 4})
 
+    def _dot_native(self, problem: Problem, config: Config,
+                    ops: Operands) -> native.Native | None:
+        import torch
+
+        programs = self._dot_programs(problem, config.get("BLOCK"), ops.a)
+        first, finish = self._dot_launchers()
+        kept, last = first.kept((problem, config.name)), finish.kept((problem.acc, programs))
+        if kept is None or last is None:
+            return None
+        partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)
+        at, x, y = partial.data_ptr(), ops.a, ops.b
+        steps = (native.triton_step(kept.compiled, kept.grid,
+                                    (x, y, partial, problem.k, x.stride(0), y.stride(0),
+                                     *kept.tail), {0: native.A, 1: native.B}, {2: at},
+                                    ops.stream),
+                 native.triton_step(last.compiled, last.grid, (partial, ops.d, programs,
+                                                                *last.tail),
+                                    {1: native.D}, {0: at}, ops.stream))
+        if None in steps:
+            return None
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), (),
+                             driver.primary_context(ops.d.get_device()), steps,
+                             keep=(kept, last, partial))
+
     def _dot_programs(self, problem: Problem, block: int, x: Any) -> int:
         """Programs of the dot's first pass: enough blocks to fill the GPU, no more than
         there are chunks (the device's multiprocessor count asked once)."""
@@ -649,8 +673,11 @@ class TritonBackend(Backend):
                operands: Operands) -> native.Native | None:
         """The pointer kernel's kept launch with this call's integers, alpha and beta, for a
         product without C (TMA tiles build descriptors per call, split-K a workspace: not
-        described)."""
-        if problem.op != "matmul" or operands.c is not None:
+        described); the dot's two passes with block partials the plan keeps, on the caller's
+        stream (the plan runs on that stream only)."""
+        if problem.op == "dot":
+            return self._dot_native(problem, config, operands)
+        if operands.c is not None:
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)

@@ -10,8 +10,10 @@ For a problem this small every path is bound by the host, so calls per second me
 host's cost of one call (:func:`multibackend.timing.host_calls_per_second`, GPU work queued,
 the device synchronized at the end). The paths are measured in ``--rounds`` rounds, their
 order rotating, and each figure is the median over the rounds (the host's speed drifts).
-Every call is the public one as a user writes it (no ``out=``). The dot (n = ``--dot-n``) is
-timed in eager mode (back-to-back calls, host included) against torch.dot, alternated.
+Every call is the public one as a user writes it (no ``out=``); ``autotune='eager'`` is
+first-call autotuning's plan, made before the timing. The dot (n = ``--dot-n``) is measured
+the same way for both callers beside torch.dot and cupy.dot, and timed in eager mode
+(back-to-back calls, host included) against torch.dot, alternated.
 ``--profile`` prints where ``matmul(backend="auto")`` spends its host time (cProfile).
 """
 from __future__ import annotations
@@ -60,7 +62,50 @@ def _paths(a, b, kind: str) -> dict:
         paths[f"matmul(backend={name!r})"] = lambda name=name: mb.matmul(a, b, backend=name)
     decision = mb.explain(a, b)
     paths[f"matmul(auto) -> {decision.backend} by {decision.rule}"] = lambda: mb.matmul(a, b)
+    mb.matmul(a, b, autotune="eager")
+    chosen = mb.explain(a, b, autotune="eager").backend
+    paths[f"matmul(autotune='eager') -> {chosen}"] = lambda: mb.matmul(a, b, autotune="eager")
     return paths
+
+
+def _dot_paths(x, y, kind: str) -> dict:
+    """Every dot of one array kind: the library's own, then multibackend's per backend."""
+    import multibackend as mb
+
+    if kind == "torch":
+        import torch
+
+        paths = {"torch.dot": lambda: torch.dot(x, y)}
+    else:
+        import cupy
+
+        paths = {"cupy.dot": lambda: cupy.dot(x, y)}
+    for name in ("auto", "triton", "raw_wmma"):
+        try:
+            mb.dot(x, y, backend=name)
+        except mb.MultibackendError:
+            continue
+        paths[f"dot(backend={name!r})"] = lambda name=name: mb.dot(x, y, backend=name)
+    return paths
+
+
+def _host_rows(paths: dict, rounds: int, seconds: float, sync) -> list[dict]:
+    """Host µs per call of each path (keyed (caller, name)): the median over ``rounds``
+    rounds, the paths' order rotating, with the spread between rounds."""
+    from multibackend.timing import host_calls_per_second, rotations
+
+    samples: dict = {key: [] for key in paths}
+    for order in rotations(list(paths), rounds):
+        for key in order:
+            samples[key].append(1e6 / host_calls_per_second(paths[key], seconds=seconds,
+                                                            sync=sync))
+    rows = []
+    for (kind, name), values in samples.items():
+        us = statistics.median(values)
+        rows.append({"caller": kind, "path": name, "host_us": us,
+                     "spread_us": max(values) - min(values)})
+        print(f"{kind:6s} {name:60s} {us:8.1f}  (spread {max(values) - min(values):.1f})")
+    return rows
 
 
 def main() -> int:
@@ -69,7 +114,7 @@ def main() -> int:
 
     import multibackend as mb
     from multibackend import dtypes
-    from multibackend.timing import host_calls_per_second, rotations, time_interleaved
+    from multibackend.timing import time_interleaved
 
     size, sync = args.size, torch.cuda.synchronize
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -85,29 +130,21 @@ def main() -> int:
         pass
     paths = {(kind, name): fn for kind, (x, y) in kinds.items()
              for name, fn in _paths(x, y, kind).items()}
-    samples: dict = {key: [] for key in paths}
-    for order in rotations(list(paths), args.rounds):
-        for key in order:
-            samples[key].append(1e6 / host_calls_per_second(paths[key], seconds=args.seconds,
-                                                            sync=sync))
     device = torch.cuda.get_device_name()
     print(f"{size}^3 {args.dtype} on {device}: host us per repeated call, median of "
           f"{args.rounds} rounds")
-    rows = []
-    for (kind, name), values in samples.items():
-        us = statistics.median(values)
-        rows.append({"caller": kind, "path": name, "host_us": us,
-                     "spread_us": max(values) - min(values)})
-        print(f"{kind:6s} {name:60s} {us:8.1f}  (spread {max(values) - min(values):.1f})")
+    rows = _host_rows(paths, args.rounds, args.seconds, sync)
     x = (torch.rand(args.dot_n, generator=gen, device="cuda") * 2 - 1).to(tdtype)
     y = (torch.rand(args.dot_n, generator=gen, device="cuda") * 2 - 1).to(tdtype)
-    dots = {"torch.dot": lambda: torch.dot(x, y)}
-    for name in ("auto", "triton", "raw_wmma"):
-        try:
-            mb.dot(x, y, backend=name)
-        except mb.MultibackendError:
-            continue
-        dots[f"dot(backend={name!r})"] = lambda name=name: mb.dot(x, y, backend=name)
+    vectors = {"torch": (x, y)}
+    if "cupy" in kinds:
+        vectors["cupy"] = (cupy.from_dlpack(x), cupy.from_dlpack(y))
+    dot_paths = {(kind, name): fn for kind, (u, v) in vectors.items()
+                 for name, fn in _dot_paths(u, v, kind).items()}
+    print(f"dot n={args.dot_n} {args.dtype}: host us per repeated call, median of "
+          f"{args.rounds} rounds")
+    dot_host = _host_rows(dot_paths, args.rounds, args.seconds, sync)
+    dots = {name: fn for (kind, name), fn in dot_paths.items() if kind == "torch"}
     timed = time_interleaved(dots, mode="eager", reps=30)
     nbytes = 2 * args.dot_n * x.element_size()
     dot_rows = []
@@ -127,7 +164,8 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"size": size, "dtype": args.dtype,
                                                "device": device, "rows": rows,
-                                               "dot": dot_rows}, indent=1))
+                                               "dot": dot_rows, "dot_host": dot_host},
+                                              indent=1))
     return 0
 
 

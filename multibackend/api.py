@@ -364,11 +364,29 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
     return _finish(call)
 
 
-def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
-        config: Any = None, autotune: Any = None) -> Any:
+def dot(x: Any, y: Any, **options: Any) -> Any:
     """``x . y`` for 1-D vectors of one dtype (f16, bf16, f32, f64): a 0-d array in the
-    accumulator's dtype (float32, or float64 for float64 inputs). ``autotune`` as for
-    :func:`matmul`."""
+    accumulator's dtype (float32, or float64 for float64 inputs), made by the backend
+    ``backend`` ("auto" by default). ``acc_dtype``: the accumulator; ``autotune`` as for
+    :func:`matmul`. A repeated call with at most ``backend`` or ``autotune`` whose plan is a
+    kernel of ours is launched by the compiled front (see :mod:`multibackend.fastcall`)."""
+    cls = x.__class__
+    if cls is _TENSOR and not _compiling():
+        done = _dot_served(x, y, options)
+        if done is not _MISS:
+            return done
+    elif cls is _ARRAYS[0]:
+        done = _ARRAYS[2](x, y, options)
+        if done is not _MISS:
+            return done
+    return _dot(x, y, **options)
+
+
+def _dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
+         config: Any = None, autotune: Any = None) -> Any:
+    """:func:`dot` with its keywords spelled out: every call the front did not serve."""
+    if _TENSOR is None:  # torch imported since: binds the class the front serves
+        _compiling()
     fast = _planned(("dot", acc_dtype, backend, config, autotune), (x, y, None, None))
     if fast[0] is not None:
         return fast[0]
@@ -377,7 +395,25 @@ def dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
     def rerun(name: str, chosen: Any, _into: Any) -> Any:
         return dot(x, y, acc_dtype=acc_dtype, backend=name, config=chosen)
 
-    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune)
+    exact = None  # a call with one option (or none): its plan's kernels may go to the front
+    if fast[1] is not None and acc_dtype is None and config is None:
+        if autotune is None:
+            exact = (plans.DOT_WORDS["backend"], backend), x, y
+        elif backend == "auto":
+            exact = (plans.DOT_WORDS["autotune"], autotune), x, y
+    return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, exact=exact)
+
+
+def _dot_served(x: Any, y: Any, options: dict) -> Any:
+    """The front of a repeated dot on torch tensors (:func:`plans.dot_front`), chosen on the
+    first call and bound here for the next."""
+    global _dot_served
+    _dot_served = plans.dot_front()
+    return _dot_served(x, y, options)
+
+
+#: help() and IDEs show dot's keywords, which it passes on
+dot.__signature__ = inspect.signature(_dot)
 
 
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",

@@ -10,7 +10,8 @@ shape that no tuning table answers then runs, on the caller's own operands:
    calls it;
 2. each candidate once on poisoned output, checked against the float64 reference (a wrong
    one is dropped with its reason);
-3. the survivors timed against each other through the public call, their runs alternated
+3. the survivors timed against each other through the public call as a repeated call makes
+   it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
 
 The fastest wins only if it beats cuBLAS by more than cuBLAS's own measured spread; else
@@ -156,7 +157,9 @@ def measure(call: Any, accepted: list[str], mode: str,
         if not cmp.ok:
             dropped[name] = f"wrong: {cmp.detail}"
             continue
-        runs[name] = (lambda name=name, config=config: rerun(name, config, None))
+        # timed as the call runs once chosen: backend named, its default config implied, so
+        # a repeated call takes the same front (compiled, or the plan's) the chosen one will
+        runs[name] = (lambda name=name: rerun(name, None, None))
         configs[name] = config
     if not runs:
         raise InvalidArgument(f"{problem.op}: autotune found no backend that runs "

@@ -16,6 +16,9 @@
 //   plan) from a parameter buffer made once, with only the operands' pointers written per call,
 //   or a kernel library's entry point (mb_gemm) called with the pointers. It is served only while
 //   the plan's context is current on the thread and autograd has nothing to record.
+// serve_dot(x, y, options) answers dot(x, y) and dot(x, y, backend=name) (or autotune=mode) the
+// same way from native plans remembered under the words "dot:backend" and "dot:autotune", whose
+// D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
 // A call with C goes to the Python fallback with the same arguments (its family plans make D
 // with torch.addmm); any other call it does not serve (other options, a tensor subclass, a torch
 // function mode, no plan, a changed environment, sizes past the bounds, or the op refusing the
@@ -105,11 +108,14 @@ struct Step {
   std::vector<size_t> offsets;
   std::vector<std::pair<size_t, int>> slots;
   // an entry point: the shape array it reads, the operand passed as its a, b, c and d, alpha,
-  // beta, and the one stream it may run on (0: any; a plan whose workspace is a stream's)
+  // and beta
   Entry call = nullptr;
   const int64_t* shape = nullptr;
   int operands[4] = {SOURCE_A, SOURCE_B, SOURCE_D, SOURCE_D};
   double alpha = 1, beta = 0;
+  // either: the one stream it may run on where pinned (a workspace or scratch buffer of the
+  // plan is that stream's; 0 is the legacy default stream)
+  bool pinned = false;
   uintptr_t stream = 0;
 };
 
@@ -144,6 +150,8 @@ PyObject* generation_cell = nullptr;  // a list whose one item is the tables' ge
 PyObject* backend_word = nullptr;    // "backend"
 PyObject* autotune_word = nullptr;   // "autotune"
 PyObject* auto_word = nullptr;       // "auto"
+PyObject* dot_backend_word = nullptr;   // "dot:backend": dot's backend option
+PyObject* dot_autotune_word = nullptr;  // "dot:autotune"
 unsigned long long served_count = 0;
 
 constexpr size_t LIMIT = 4096;
@@ -279,20 +287,22 @@ bool run(Op op, const at::Tensor& a, const at::Tensor& b, at::Tensor* d) {
 }
 
 // The raw handle of the current stream a native plan runs on, from `getter` (called with `arg`
-// where not null): 1 when the plan's context is current and its entry points may run on that
-// stream, 0 when not, -1 on a Python error.
+// where not null; 0 for a plan of host tensors): 1 when the plan's context is current and each
+// step pinned to a stream is pinned to that one, 0 when not, -1 on a Python error.
 int stream_for(const Native& n, PyObject* getter, PyObject* arg, uintptr_t* stream) {
   *stream = 0;
-  if (n.context == nullptr) return 1;
-  void* context = nullptr;
-  if (cu_ctx_get_current(&context) != 0 || context != n.context) return 0;
-  PyObject* handle = arg != nullptr ? PyObject_CallOneArg(getter, arg) : PyObject_CallNoArgs(getter);
-  if (handle == nullptr) return -1;
-  *stream = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(handle));
-  Py_DECREF(handle);
-  if (PyErr_Occurred()) return -1;
+  if (n.context != nullptr) {
+    void* context = nullptr;
+    if (cu_ctx_get_current(&context) != 0 || context != n.context) return 0;
+    PyObject* handle =
+        arg != nullptr ? PyObject_CallOneArg(getter, arg) : PyObject_CallNoArgs(getter);
+    if (handle == nullptr) return -1;
+    *stream = reinterpret_cast<uintptr_t>(PyLong_AsVoidPtr(handle));
+    Py_DECREF(handle);
+    if (PyErr_Occurred()) return -1;
+  }
   for (const Step& step : n.steps) {
-    if (step.entry && step.stream != 0 && step.stream != *stream) return 0;
+    if (step.pinned && step.stream != *stream) return 0;
   }
   return 1;
 }
@@ -331,13 +341,11 @@ int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_
                at::Tensor* d) {
   if ((a.requires_grad() || b.requires_grad()) && at::GradMode::is_enabled()) return 0;
   uintptr_t stream = 0;
-  if (n.context != nullptr) {
-    PyObject* index = PyLong_FromLongLong(device);
-    if (index == nullptr) return -1;
-    const int ready = stream_for(n, stream_of, index, &stream);
-    Py_DECREF(index);
-    if (ready <= 0) return ready;
-  }
+  PyObject* index = n.context != nullptr ? PyLong_FromLongLong(device) : nullptr;
+  if (n.context != nullptr && index == nullptr) return -1;
+  const int ready = stream_for(n, stream_of, index, &stream);
+  Py_XDECREF(index);
+  if (ready <= 0) return ready;
   try {
     *d = at::empty(n.d_sizes, at::TensorOptions().dtype(n.d_type).device(a.device()));
   } catch (const std::exception&) {
@@ -371,16 +379,17 @@ bool option_of(PyObject* options, PyObject** word, PyObject** value) {
   return true;
 }
 
-PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "serve takes (A, B, C, options)");
-    return nullptr;
-  }
-  PyObject *A = args[0], *B = args[1], *C = args[2], *options = args[3];
-  if (C != Py_None) return PyObject_Vectorcall(fallback, args, 4, nullptr);
-  PyObject *word, *value;  // the one option given, if any
-  if (!option_of(options, &word, &value) || !THPVariable_CheckExact(A) ||
-      !THPVariable_CheckExact(B) || at::impl::torch_function_mode_enabled())
+// The word a dot's option is remembered under: "dot:backend" for "backend", "dot:autotune" for
+// "autotune".
+PyObject* dot_word(PyObject* word) {
+  return word == backend_word ? dot_backend_word : dot_autotune_word;
+}
+
+// D for a call on torch tensors A and B with the option `word` at `value`, from a family plan
+// (for "backend") or an exact one, else MISS.
+PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* value) {
+  if (!THPVariable_CheckExact(A) || !THPVariable_CheckExact(B) ||
+      at::impl::torch_function_mode_enabled())
     return missed();
   const at::Tensor& a = THPVariable_Unpack(A);
   const at::Tensor& b = THPVariable_Unpack(B);
@@ -420,6 +429,27 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   ++served_count;
   return THPVariable_Wrap(std::move(d));
+}
+
+PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "serve takes (A, B, C, options)");
+    return nullptr;
+  }
+  if (args[2] != Py_None) return PyObject_Vectorcall(fallback, args, 4, nullptr);
+  PyObject *word, *value;  // the one option given, if any
+  if (!option_of(args[3], &word, &value)) return missed();
+  return serve_tensors(args[0], args[1], word, value);
+}
+
+PyObject* serve_dot(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "serve_dot takes (x, y, options)");
+    return nullptr;
+  }
+  PyObject *word, *value;
+  if (!option_of(args[2], &word, &value)) return missed();
+  return serve_tensors(args[0], args[1], dot_word(word), value);
 }
 
 // -- handing plans over ------------------------------------------------------------------------
@@ -518,14 +548,19 @@ PyObject* remember(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// An exact plan for calls with the option `word` ("backend" or "autotune") at `value` on operands
+// An exact plan for calls with the option `word` ("backend" or "autotune", for dot "dot:backend" or
+// "dot:autotune") at `value` on operands
 // exactly like A and B, made by `op` ("mm" or "matmul"), or by `native` where op is null.
 PyObject* store_exact(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
                       PyObject* environment, PyObject* generation, PyObject* op,
                       std::shared_ptr<Native> native) {
-  if (!same_name(word, backend_word) && !same_name(word, autotune_word)) {
-    PyErr_Format(PyExc_ValueError, "remember_exact: word is %R: expected 'backend' or 'autotune'",
-                 word);
+  PyObject* known = nullptr;
+  for (PyObject* w : {backend_word, autotune_word, dot_backend_word, dot_autotune_word}) {
+    if (same_name(word, w)) known = w;
+  }
+  if (known == nullptr) {
+    PyErr_Format(PyExc_ValueError, "remember_exact: word is %R: expected 'backend', 'autotune', "
+                 "'dot:backend' or 'dot:autotune'", word);
     return nullptr;
   }
   if (!THPVariable_Check(A) || !THPVariable_Check(B)) {
@@ -537,7 +572,11 @@ PyObject* store_exact(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
   const at::Tensor& a = THPVariable_Unpack(A);
   const at::Tensor& b = THPVariable_Unpack(B);
   Exact e;
-  e.word = same_name(word, backend_word) ? backend_word : autotune_word;
+  if (native == nullptr && (known == dot_backend_word || known == dot_autotune_word)) {
+    PyErr_SetString(PyExc_ValueError, "remember_exact: a dot's plan is a native one");
+    return nullptr;
+  }
+  e.word = known;
   try {
     e.device = device_index(a);
     e.a = {a.scalar_type(), a.sizes().vec(), a.strides().vec(),
@@ -620,9 +659,21 @@ bool unsigned_of(PyObject* value, const char* what, unsigned long long* out) {
   return true;
 }
 
+// A step's last two fields: (pinned, stream), the one stream it may run on where pinned; false on
+// an error.
+bool stream_from(PyObject* item, Step* step) {
+  const Py_ssize_t size = PyTuple_GET_SIZE(item);
+  const int pinned = PyObject_IsTrue(PyTuple_GET_ITEM(item, size - 2));
+  unsigned long long n = 0;
+  if (pinned < 0 || !unsigned_of(PyTuple_GET_ITEM(item, size - 1), "the stream", &n)) return false;
+  step->pinned = pinned == 1;
+  step->stream = static_cast<uintptr_t>(n);
+  return true;
+}
+
 // A step from its tuple: (0, function, (gx, gy, gz), (bx, by, bz), smem, params (bytes), offsets,
-// slots ((offset, source), ...)) for a kernel, (1, entry address, shape address, (sources of a,
-// b, c, d), alpha, beta, stream (0: any)) for an entry point; false on an error.
+// slots ((offset, source), ...), pinned, stream) for a kernel, (1, entry address, shape address,
+// (sources of a, b, c, d), alpha, beta, pinned, stream) for an entry point; false on an error.
 bool step_from(PyObject* item, bool on_device, Step* step) {
   if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1) {
     PyErr_Format(PyExc_ValueError, "remember_native: step %R is not a tuple", item);
@@ -630,7 +681,7 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
   }
   const long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
   unsigned long long n = 0;
-  if (kind == 0 && PyTuple_GET_SIZE(item) == 8) {
+  if (kind == 0 && PyTuple_GET_SIZE(item) == 10) {
     if (!on_device) {
       PyErr_SetString(PyExc_ValueError, "remember_native: a kernel step needs a CUDA context");
       return false;
@@ -642,7 +693,8 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
         PyTuple_GET_SIZE(block) != 3 || !PyBytes_Check(params) || !PyTuple_Check(offsets) ||
         !PyTuple_Check(slots)) {
       PyErr_Format(PyExc_ValueError, "remember_native: kernel step %R: expected (0, function, "
-                   "grid (3), block (3), smem, params (bytes), offsets, slots)", item);
+                   "grid (3), block (3), smem, params (bytes), offsets, slots, pinned, stream)",
+                   item);
       return false;
     }
     if (!unsigned_of(PyTuple_GET_ITEM(item, 1), "the function", &n)) return false;
@@ -688,9 +740,9 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
       }
       step->slots.emplace_back(static_cast<size_t>(n), static_cast<int>(source));
     }
-    return true;
+    return stream_from(item, step);
   }
-  if (kind == 1 && PyTuple_GET_SIZE(item) == 7) {
+  if (kind == 1 && PyTuple_GET_SIZE(item) == 8) {
     step->entry = true;
     PyObject* sources = PyTuple_GET_ITEM(item, 3);
     if (!unsigned_of(PyTuple_GET_ITEM(item, 1), "the entry point", &n)) return false;
@@ -713,17 +765,15 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
     step->alpha = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 4));
     step->beta = PyFloat_AsDouble(PyTuple_GET_ITEM(item, 5));
     if (PyErr_Occurred()) return false;
-    if (!unsigned_of(PyTuple_GET_ITEM(item, 6), "the stream", &n)) return false;
-    step->stream = static_cast<uintptr_t>(n);
     if (step->call == nullptr || step->shape == nullptr) {
       PyErr_SetString(PyExc_ValueError, "remember_native: a null entry point or shape array");
       return false;
     }
-    return true;
+    return stream_from(item, step);
   }
   if (!PyErr_Occurred())
-    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 7 fields) or "
-                 "an entry point (1, 6 fields)", item);
+    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 9 fields) or "
+                 "an entry point (1, 7 fields)", item);
   return false;
 }
 
@@ -859,16 +909,11 @@ PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
   return key;
 }
 
-// serve_arrays(A, B, C, options): D for a repeated matmul of CuPy arrays whose native plan was
-// handed over (remember_arrays), else MISS.
-PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, options)");
-    return nullptr;
-  }
-  PyObject *A = args[0], *B = args[1], *word, *value;
-  if (args[2] != Py_None || array_plans == nullptr || Py_TYPE(A) != (PyTypeObject*)array_type ||
-      Py_TYPE(B) != (PyTypeObject*)array_type || !option_of(args[3], &word, &value))
+// D for a repeated call of CuPy arrays A and B with the option `word` at `value` whose native
+// plan was handed over (remember_arrays), else MISS.
+PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* value) {
+  if (array_plans == nullptr || Py_TYPE(A) != (PyTypeObject*)array_type ||
+      Py_TYPE(B) != (PyTypeObject*)array_type)
     return missed();
   unsigned long long pointers[2] = {0, 0};
   PyObject* key = array_key(word, value, A, B, pointers);
@@ -898,6 +943,28 @@ PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   ++served_count;
   return D;
+}
+
+// serve_arrays(A, B, C, options): a repeated matmul of CuPy arrays (serve_array_call).
+PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, options)");
+    return nullptr;
+  }
+  PyObject *word, *value;
+  if (args[2] != Py_None || !option_of(args[3], &word, &value)) return missed();
+  return serve_array_call(args[0], args[1], word, value);
+}
+
+// serve_dot_arrays(x, y, options): a repeated dot of CuPy arrays (serve_array_call).
+PyObject* serve_dot_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "serve_dot_arrays takes (x, y, options)");
+    return nullptr;
+  }
+  PyObject *word, *value;
+  if (!option_of(args[2], &word, &value)) return missed();
+  return serve_array_call(args[0], args[1], dot_word(word), value);
 }
 
 // bind_arrays(ndarray type, empty, stream getter): the array library of serve_arrays.
@@ -1006,8 +1073,13 @@ PyMethodDef methods[] = {
      "remember an exact plan made by torch's own op"},
     {"remember_native", remember_native, METH_VARARGS,
      "remember an exact plan made by kernels launched from here"},
+    {"serve_dot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_dot)),
+     METH_FASTCALL, "serve_dot(x, y, options): a dot's 0-d result from a native plan, else MISS"},
     {"serve_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_arrays)),
      METH_FASTCALL, "serve_arrays(A, B, C, options): D from a native plan of CuPy arrays, else MISS"},
+    {"serve_dot_arrays",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_dot_arrays)), METH_FASTCALL,
+     "serve_dot_arrays(x, y, options): a dot of CuPy arrays from a native plan, else MISS"},
     {"remember_arrays", remember_arrays, METH_VARARGS,
      "remember a native plan for calls on CuPy arrays"},
     {"bind_arrays", bind_arrays, METH_VARARGS, "bind cupy.ndarray, cupy.empty and a stream getter"},
@@ -1025,6 +1097,8 @@ PyMODINIT_FUNC PyInit__fastcall() {
   backend_word = PyUnicode_InternFromString("backend");
   autotune_word = PyUnicode_InternFromString("autotune");
   auto_word = PyUnicode_InternFromString("auto");
+  dot_backend_word = PyUnicode_InternFromString("dot:backend");
+  dot_autotune_word = PyUnicode_InternFromString("dot:autotune");
   data_name = PyUnicode_InternFromString("data");
   ptr_name = PyUnicode_InternFromString("ptr");
   device_id_name = PyUnicode_InternFromString("device_id");
@@ -1032,6 +1106,7 @@ PyMODINIT_FUNC PyInit__fastcall() {
   shape_name = PyUnicode_InternFromString("shape");
   strides_name = PyUnicode_InternFromString("strides");
   if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr ||
+      dot_backend_word == nullptr || dot_autotune_word == nullptr ||
       data_name == nullptr || ptr_name == nullptr || device_id_name == nullptr ||
       dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr)
     return nullptr;

@@ -28,7 +28,8 @@ A, B, D = 0, 1, 2
 @dataclass(frozen=True)
 class KernelStep:
     """One kernel launch: ``params`` packed, ``offsets`` each parameter's place in it, ``slots``
-    the (offset, operand) pairs written with the operands' pointers per call."""
+    the (offset, operand) pairs written with the operands' pointers per call; ``stream`` the
+    only stream it may run on (a launch whose scratch buffer belongs to one), None for any."""
 
     function: int
     grid: tuple[int, int, int]
@@ -37,28 +38,35 @@ class KernelStep:
     params: bytes
     offsets: tuple[int, ...]
     slots: tuple[tuple[int, int], ...]
+    stream: int | None = None
 
     def wire(self) -> tuple:
         return (0, self.function, self.grid, self.block, self.smem, self.params, self.offsets,
-                self.slots)
+                self.slots, *_pinned(self.stream))
 
 
 @dataclass(frozen=True)
 class EntryStep:
     """One call of ``mb_gemm`` at ``function`` (an address) with the shape array at
     ``shape``; ``operands`` the operand each of its a, b, c and d takes; ``stream`` the only
-    stream it may run on (a plan whose workspace belongs to one), 0 for any."""
+    stream it may run on (a plan whose workspace belongs to one), None for any."""
 
     function: int
     shape: int
     operands: tuple[int, int, int, int]
     alpha: float
     beta: float
-    stream: int = 0
+    stream: int | None = None
 
     def wire(self) -> tuple:
         return (1, self.function, self.shape, self.operands, float(self.alpha), float(self.beta),
-                self.stream)
+                *_pinned(self.stream))
+
+
+def _pinned(stream: int | None) -> tuple[bool, int]:
+    """A step's stream as the front reads it: (whether it is bound to one, its raw handle;
+    0 is a stream too, the legacy default one)."""
+    return stream is not None, stream or 0
 
 
 @dataclass(frozen=True)
@@ -87,6 +95,24 @@ def packed(params: list[tuple[str, Any]]) -> tuple[bytes, tuple[int, ...]]:
     return bytes(data), tuple(offsets)
 
 
+def launch_step(launch: Any, slots: dict[str, int], fixed: dict[str, int] | None = None,
+                stream: int | None = None) -> KernelStep:
+    """The step of a :class:`multibackend.driver.Launch`: its function, grid, block, shared
+    memory and argument buffer as it holds them, each parameter named in ``slots`` written
+    with that operand's pointer per call, each named in ``fixed`` set to its value here (a
+    buffer the plan keeps, on ``stream``)."""
+    args = launch.args
+    layout = type(args.values)
+    values = layout.from_buffer_copy(args.values)
+    for name, value in (fixed or {}).items():
+        setattr(values, name, value)
+    return KernelStep(int(launch.function.handle), launch.grid, launch.block,
+                      launch.dynamic_smem, bytes(values),
+                      tuple(getattr(layout, name).offset for name, _ in args.params),
+                      tuple((getattr(layout, name).offset, source)
+                            for name, source in slots.items()), stream)
+
+
 #: struct codes of Triton's scalar parameter types, as its launcher passes them (fp32 as a
 #: 32-bit float, fp64 as a double; 16-bit floats are not passed here)
 _TRITON_CODES = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B",
@@ -99,12 +125,14 @@ def _hooked(hook: Any) -> bool:
 
 
 def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
-                sources: dict[int, int]) -> KernelStep | None:
+                sources: dict[int, int], fixed: dict[int, int] | None = None,
+                stream: int | None = None) -> KernelStep | None:
     """The launch of a compiled Triton kernel with ``args`` (every parameter of the kernel,
     constexprs included, in order) as Triton's launcher makes it: the non-constexpr
     parameters in order, a pointer per ``*`` type, then the global and profile scratch
     pointers (null). ``sources`` maps the position of each pointer argument to the operand
-    it takes. None where that launcher does more than one plain launch (clusters,
+    it takes; ``fixed`` the position of each other one to the address it always takes (a
+    buffer the plan keeps, on ``stream``: see :class:`KernelStep`). None where that launcher does more than one plain launch (clusters,
     cooperative or programmatic launches, scratch memory, launch hooks, tensor descriptors,
     16-bit float or tuple arguments) or the kernel is not loaded."""
     from triton import knobs
@@ -127,10 +155,13 @@ def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
         if not isinstance(kind, str):
             return None
         if kind.startswith("*"):
-            if position not in sources:
+            if position in sources:
+                pointer_positions.append((len(params), sources[position]))
+                params.append(("Q", 0))
+            elif fixed and position in fixed:
+                params.append(("Q", fixed[position]))
+            else:
                 return None
-            pointer_positions.append((len(params), sources[position]))
-            params.append(("Q", 0))
         elif kind in _TRITON_CODES:
             params.append((_TRITON_CODES[kind], value))
         else:
@@ -139,4 +170,4 @@ def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
     data, offsets = packed(params)
     slots = tuple((offsets[index], source) for index, source in pointer_positions)
     return KernelStep(int(compiled.function), tuple(grid), (32 * meta.num_warps, 1, 1),
-                      int(meta.shared), data, offsets, slots)
+                      int(meta.shared), data, offsets, slots, stream)

@@ -85,6 +85,17 @@ class Plan:
                 d = self._launch(tensors, stream, device)
         return to_kind(d, self.kind)
 
+    def _hand_over(self, a: Any, b: Any, ops: Operands) -> None:
+        """Give the compiled front the backend's launches for this plan's calls, where the
+        plan has a front word and the backend describes them (after its first bound run)."""
+        if self.front is None:
+            return
+        launch = self.backend.native(self.problem, self.decision.config, ops)
+        if self.kind == "torch":
+            hand_over_native(self.front, a, b, launch)
+        else:
+            hand_over_native_arrays(self.front, a, b, launch)
+
     def _launch(self, tensors: tuple, stream: int, device: Any) -> Any:
         """Make D, run the backend, and return D in the caller's shape."""
         torch = sys.modules["torch"]
@@ -92,7 +103,11 @@ class Plan:
         a, b, c, out = tensors
         if p.op == "dot":
             d = torch.empty((1,), dtype=self.d_dtype, device=device)
-            self.backend.run(p, Operands(a, b, None, d, stream=stream), self.decision.config)
+            ops = Operands(a, b, None, d, stream=stream)
+            self.backend.run(p, ops, self.decision.config)
+            if self.bound is _UNBOUND:  # a dot's launches go only to the front
+                self.bound = None
+                self._hand_over(a, b, ops)
             return d.reshape(())
         if p.batch == 1 and self.backend.takes_matrices:  # the arrays as the caller gave them
             if out is not None:
@@ -106,13 +121,8 @@ class Plan:
                 self.backend.run(p, ops, self.decision.config)
                 if self.bound is _UNBOUND:
                     self.bound = self.backend.bind(p, self.decision.config, ops)
-                    if self.front is not None and c is None and (
-                            out is None and a.dim() == 2 and b.dim() == 2):
-                        launch = self.backend.native(p, self.decision.config, ops)
-                        if self.kind == "torch":
-                            hand_over_native(self.front, a, b, launch)
-                        else:
-                            hand_over_native_arrays(self.front, a, b, launch)
+                    if c is None and out is None and a.dim() == 2 and b.dim() == 2:
+                        self._hand_over(a, b, ops)
             else:
                 self.bound(a, b, c, d, stream)
             return d
@@ -279,6 +289,23 @@ def front() -> Any:
     return module.serve
 
 
+#: the words a dot's one option is remembered under in the compiled front, by option
+DOT_WORDS = {"backend": "dot:backend", "autotune": "dot:autotune"}
+
+
+def unserved(*_: Any) -> Any:
+    """:data:`MISS`: the front of a repeated dot where the compiled one is not in use."""
+    return MISS
+
+
+def dot_front() -> Any:
+    """The function serving a repeated dot of torch tensors, ``(x, y, options)`` to its
+    result or :data:`MISS`: the compiled front's (see :func:`front`), else :func:`unserved`."""
+    front()
+    module = _COMPILED[0]
+    return module.serve_dot if module is not None else unserved
+
+
 def bind(module: Any) -> None:
     """Bind the compiled front to this module's Python front, MISS, environment and tables."""
     torch = sys.modules["torch"]
@@ -330,8 +357,9 @@ def hand_over_native(word: tuple[str, Any], a: Any, b: Any, launch: Native | Non
         return
 
 
-#: (cupy.ndarray, the compiled front's serve_arrays) once a plan of CuPy arrays is handed over
-ARRAYS: list = [None, None]
+#: (cupy.ndarray, the compiled front's serve_arrays and serve_dot_arrays) once a plan of CuPy
+#: arrays is handed over
+ARRAYS: list = [None, None, None]
 
 
 def hand_over_native_arrays(word: tuple[str, Any], a: Any, b: Any,
@@ -348,7 +376,7 @@ def hand_over_native_arrays(word: tuple[str, Any], a: Any, b: Any,
         import cupy
 
         module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
-        ARRAYS[:] = [cupy.ndarray, module.serve_arrays]
+        ARRAYS[:] = [cupy.ndarray, module.serve_arrays, module.serve_dot_arrays]
     try:
         module.remember_arrays(key, _watched_environment(), _GENERATION[0], launch.d_sizes,
                                d_dtype, launch.d_dtype, launch.context,

@@ -65,8 +65,8 @@ class HostEntry:
 def host_plan(module, entry: HostEntry, a, b, sources, alpha=1.0, word=("backend", "auto"),
               sizes=None):
     step = native.EntryStep(entry.address, ctypes.addressof(entry.shape), sources, alpha, 0.0)
-    launch = native.Native(torch.float32, sizes or (a.shape[0], b.shape[1]), 0, (step,),
-                           keep=(entry,))
+    sizes = (a.shape[0], b.shape[1]) if sizes is None else sizes
+    launch = native.Native(torch.float32, sizes, 0, (step,), keep=(entry,))
     plans.hand_over_native(word, a, b, launch)
 
 
@@ -127,15 +127,15 @@ def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
 def test_wrong_native_plans_say_what_is_wrong(module):
     a = small_ints(2, 2)
     env, gen = (None,) * 3, 0
-    kernel = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0, 8), ((0, native.A),))
+    kernel = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0, 8), ((0, native.A),), False, 0)
     with pytest.raises(ValueError, match="a kernel step needs a CUDA context"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
                                (kernel,), None)
-    entry = (1, 0, 8, (0, 1, 2, 2), 1.0, 0.0, 0)
+    entry = (1, 0, 8, (0, 1, 2, 2), 1.0, 0.0, False, 0)
     with pytest.raises(ValueError, match="null entry point"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
                                (entry,), None)
-    entry = (1, 8, 8, (0, 1, 3, 2), 1.0, 0.0, 0)
+    entry = (1, 8, 8, (0, 1, 3, 2), 1.0, 0.0, False, 0)
     with pytest.raises(ValueError, match="source 3"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
                                (entry,), None)
@@ -153,7 +153,7 @@ def test_kernel_steps_check_their_parameter_buffer(module):
     either, saying which; with both, its parameter buffer is checked."""
     a = small_ints(2, 2)
     env, gen = (None,) * 3, 0
-    step = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ())
+    step = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), (), False, 0)
 
     def remember(*steps):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 1,
@@ -173,11 +173,11 @@ def test_kernel_steps_check_their_parameter_buffer(module):
                 remember(step)
             return
         with pytest.raises(ValueError, match="an 8-byte pointer within 8 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ((4, native.A),)))
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ((4, native.A),), False, 0))
         with pytest.raises(ValueError, match="at most 4096 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), ()))
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), (), False, 0))
         with pytest.raises(ValueError, match="offset 8 past 8 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (8,), ()))
+            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (8,), (), False, 0))
     finally:
         plans.bind(module)
     assert module.stats()[1] == 0
@@ -278,3 +278,85 @@ def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
     assert module.serve_arrays(HostArray(a), HostArray(b), None,
                                {"backend": "triton"}) is plans.MISS
     assert plans.array_key(("backend", "triton"), a.bfloat16(), b) is None
+
+
+# -- dot, and steps pinned to a stream ---------------------------------------------------------
+
+def test_a_dot_plan_serves_dot_only_and_makes_a_0d_result(module):
+    x, y = small_ints(9), small_ints(9, seed=3)
+    entry = HostEntry({x.data_ptr(): x, y.data_ptr(): y})
+    host_plan(module, entry, x, y, (native.A, native.B, native.D, native.D),
+              word=(plans.DOT_WORDS["backend"], "auto"), sizes=())
+    served = module.stats()[2]
+    d = mb.dot(x, y)
+    assert module.stats()[2] == served + 1
+    assert d.shape == () and d.dtype == torch.float32 and torch.equal(d, x @ y)
+    assert module.serve(x, y, None, {}) is plans.MISS  # matmul's words are not dot's
+    assert module.serve_dot(x, y, {"backend": "triton"}) is plans.MISS
+    assert module.serve_dot(x, y, {"acc_dtype": "float32"}) is plans.MISS
+    assert module.serve_dot(x, y, {"backend": "auto"}).shape == ()
+    assert len(entry.calls) == 2
+
+
+def test_a_dot_word_needs_a_native_plan(module):
+    x = small_ints(4)
+    with pytest.raises(ValueError, match="a dot's plan is a native one"):
+        module.remember_exact("dot:backend", "auto", x, x, (None,) * 3, 0, "mm")
+    with pytest.raises(ValueError, match="expected 'backend', 'autotune', 'dot:backend'"):
+        module.remember_exact("dot", "auto", x, x, (None,) * 3, 0, "mm")
+
+
+@pytest.mark.parametrize("pinned, served", [(None, True), (0, True), (7, False)])
+def test_a_step_pinned_to_a_stream_runs_only_on_that_stream(module, pinned, served):
+    """A plan of host tensors runs on stream 0: a step pinned to stream 0 (the legacy default
+    stream, a stream like any other) is served there, one pinned to another is not."""
+    a, b = small_ints(3, 4), small_ints(4, 2)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
+                            (native.A, native.B, native.D, native.D), 1.0, 0.0, pinned)
+    plans.hand_over_native(("backend", "auto"), a, b,
+                           native.Native(torch.float32, (3, 2), 0, (step,), keep=(entry,)))
+    d = module.serve(a, b, None, {})
+    assert (d is not plans.MISS) == served
+    assert len(entry.calls) == int(served)
+
+
+def test_a_dot_plan_of_arrays_is_served_by_the_dot_entry(module):
+    module.bind_arrays(HostArray, host_empty, lambda: 0)
+    x, y = small_ints(7), small_ints(7, seed=5)
+    entry = HostEntry({x.data_ptr(): x, y.data_ptr(): y})
+    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
+                            (native.A, native.B, native.D, native.D), 1.0, 0.0)
+    key = plans.array_key((plans.DOT_WORDS["backend"], "auto"), x, y)
+    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (),
+                           plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
+                           entry)
+    d = module.serve_dot_arrays(HostArray(x), HostArray(y), {})
+    assert isinstance(d, HostArray) and d.shape == () and torch.equal(d.tensor, x @ y)
+    assert module.serve_arrays(HostArray(x), HostArray(y), None, {}) is plans.MISS
+
+
+def test_a_launch_step_reads_the_prepared_buffer_and_fixes_what_the_plan_keeps():
+    from multibackend import driver
+
+    params = (("x", driver.POINTER), ("n", driver.INT64), ("partial", driver.POINTER),
+              ("count", driver.INT32))
+    args = driver.Arguments("k", params, {"x": 0, "n": 1000, "partial": 5, "count": 3})
+    launch = SimpleNamespace(function=SimpleNamespace(handle=0x77), grid=(4, 1, 1),
+                             block=(256, 1, 1), dynamic_smem=0, args=args)
+    step = native.launch_step(launch, {"x": native.A}, {"partial": 0x1000}, stream=9)
+    assert step.offsets == (0, 8, 16, 24) and step.slots == ((0, native.A),)
+    assert struct.unpack_from("qqqi", step.params) == (0, 1000, 0x1000, 3)
+    assert args.values.partial == 5  # the prepared buffer is left as it was
+    assert (step.function, step.grid, step.stream) == (0x77, (4, 1, 1), 9)
+    assert step.wire()[-2:] == (True, 9)
+
+
+def test_a_triton_launch_packs_a_fixed_pointer_where_told():
+    kernel = compiled_kernel(SIGNATURE)
+    args = ("A", "B", "P", 100, 7, 1, 0.5, 64)
+    step = native.triton_step(kernel, (1, 1, 1), args, {0: native.A, 1: native.B}, {2: 0xBEEF},
+                              stream=0)
+    assert step.slots == ((0, native.A), (8, native.B))
+    assert struct.unpack_from("Q", step.params, 16) == (0xBEEF,)
+    assert step.wire()[-2:] == (True, 0)

@@ -55,6 +55,20 @@ def _check(a, b, d):
     assert cmp.ok, cmp.detail
 
 
+def _late_on_a_side_stream(source, call):
+    """``call(late)`` on a new side stream, where ``late`` holds -source until that stream,
+    after a delay, copies source into it: a launch on any other stream would read -source."""
+    late = -source
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(5_000_000)
+        late.copy_(source)
+        result = call(late)
+    torch.cuda.current_stream().wait_stream(side)
+    return result
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("shape", [(96, 80, 256), (67, 40, 136)])
 def test_a_repeated_call_is_launched_by_the_front(backend, shape):
@@ -82,15 +96,8 @@ def test_a_repeated_call_is_launched_by_the_front(backend, shape):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_launch_by_the_front_runs_on_torchs_current_stream_and_in_a_graph(backend):
     module, a, b, expected = _handed_over(backend, 128, 192, 256, seed=5)
-    late = -a  # holds -A until the side stream, after a delay, copies A into it
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
     served = module.stats()[2]
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(5_000_000)
-        late.copy_(a)
-        on_side = mb.matmul(late, b, backend=backend)  # wrong stream: it would read -A
-    torch.cuda.current_stream().wait_stream(side)
+    on_side = _late_on_a_side_stream(a, lambda late: mb.matmul(late, b, backend=backend))
     assert module.stats()[2] == served + 1
     assert torch.equal(on_side, expected)
     graph = torch.cuda.CUDAGraph()
@@ -132,3 +139,87 @@ def test_a_repeated_call_on_cupy_arrays_is_launched_by_the_front(backend):
     assert module.stats()[2] == served + 1, f"{backend} on CuPy arrays was not served"
     assert isinstance(third, cupy.ndarray) and third.shape == (96, 80)
     assert bool((third == first).all())
+
+
+# -- dot: two passes, the block partials a buffer of the stream the plan was made on ----------
+
+DOT_BACKENDS = ["raw_wmma", "triton"]
+
+
+def _dot_handed_over(backend, n, seed):
+    _available(backend)
+    module = _front()
+    x, y = _rand((n,), seed=seed), _rand((n,), seed=seed + 1)
+    for _ in range(2):
+        d = mb.dot(x, y, backend=backend)
+    return module, x, y, d
+
+
+@pytest.mark.parametrize("backend", DOT_BACKENDS)
+@pytest.mark.parametrize("n", [1 << 20, 4099])
+def test_a_repeated_dot_is_launched_by_the_front(backend, n):
+    module, x, y, second = _dot_handed_over(backend, n, seed=n)
+    served = module.stats()[2]
+    third = mb.dot(x, y, backend=backend)
+    assert module.stats()[2] == served + 1, f"{backend}'s dot was not launched by the front"
+    assert third.shape == () and third.dtype == torch.float32 and torch.equal(third, second)
+    exact = (x.double() * y.double()).sum()
+    assert abs(third.double() - exact) <= 1e-5 * (x.double().abs() @ y.double().abs())
+    other = _rand((n,), seed=n + 7)
+    served = module.stats()[2]
+    by_front = mb.dot(other, y, backend=backend)
+    assert module.stats()[2] == served + 1
+    assert torch.equal(by_front, mb.dot(other, y, backend=backend, acc_dtype="float32"))
+
+
+@pytest.mark.parametrize("backend", DOT_BACKENDS)
+def test_a_dot_on_another_stream_goes_to_the_python_path_and_a_graph_captures_it(backend):
+    module, x, y, expected = _dot_handed_over(backend, 1 << 18, seed=3)
+    served = module.stats()[2]
+    on_side = _late_on_a_side_stream(x, lambda late: mb.dot(late, y, backend=backend))
+    assert module.stats()[2] == served  # the plan's partials are the main stream's
+    assert torch.equal(on_side, expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mb.dot(x, y, backend=backend)
+    x.copy_(_rand((1 << 18,), seed=21))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, mb.dot(x, y, backend=backend, acc_dtype="float32"))
+
+
+@pytest.mark.parametrize("backend", DOT_BACKENDS)
+def test_a_repeated_dot_on_cupy_arrays_is_launched_by_the_front(backend):
+    cupy = pytest.importorskip("cupy")
+    _available(backend)
+    module = _front()
+    x, y = cupy.asarray(_rand((5000,), seed=31)), cupy.asarray(_rand((5000,), seed=32))
+    first = mb.dot(x, y, backend=backend)
+    mb.dot(x, y, backend=backend)
+    served = module.stats()[2]
+    third = mb.dot(x, y, backend=backend)
+    assert module.stats()[2] == served + 1, f"{backend}'s dot on CuPy arrays was not served"
+    assert isinstance(third, cupy.ndarray) and third.shape == () and bool(third == first)
+
+
+# -- CuPy callers of cuBLAS: the GEMM cupy.matmul ends in, called directly -------------------
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("layouts", ["nn", "tn", "nt", "tt"])
+def test_cublas_for_cupy_matrices_is_cupy_matmuls_own_gemm(dtype, layouts):
+    cupy = pytest.importorskip("cupy")
+    _available("cublas")
+    from multibackend.backends import cublas_cupy
+
+    m, n, k = 67, 45, 131
+    a = cupy.asarray(_rand((k, m) if layouts[0] == "t" else (m, k), getattr(torch, dtype), 41))
+    b = cupy.asarray(_rand((n, k) if layouts[1] == "t" else (k, n), getattr(torch, dtype), 42))
+    a, b = (a.T if layouts[0] == "t" else a), (b.T if layouts[1] == "t" else b)
+    direct = cublas_cupy.matrices(dtype, torch.cuda.get_device_capability())
+    assert direct is not None
+    expected = cupy.matmul(a, b)
+    for got in (direct(a, b), mb.matmul(a, b, backend="cublas"), mb.matmul(a, b, backend="cublas")):
+        assert got.flags.c_contiguous and got.dtype == expected.dtype
+        assert bool((got == expected).all())
+    strided = cupy.asarray(_rand((m, 2 * k), getattr(torch, dtype), 43))[:, ::2]
+    assert bool((direct(strided, b) == cupy.matmul(strided, b)).all())  # cupy.matmul's copy
