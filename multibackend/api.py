@@ -359,6 +359,8 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
                 limits is None or not plans.below(exact[1], exact[2], (None, *limits))):
             # no family serves this shape (one serves every shape below its bounds)
             plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
+        elif exact is not None and plan.produce is not None and call.kind == "cupy":
+            plans.hand_over_call_arrays(exact[0], exact[1], exact[2], plan.produce)
         elif exact is not None and plan.produce is None:
             plan.front = exact[0]  # its kernels go to the front once bound
     return _finish(call)

@@ -829,17 +829,20 @@ PyObject* remember_native(PyObject*, PyObject* args) {
 
 // -- CuPy callers -------------------------------------------------------------------------------
 
-// A native plan for CuPy arrays: D's shape and dtype as cupy.empty takes them.
+// A plan for CuPy arrays: a native one, with D's shape and dtype as cupy.empty takes them, or the
+// call that makes D from (A, B) itself (a library's own, as CuPy's caller would make it).
 struct ArrayPlan {
   Made made;
   std::shared_ptr<Native> native;
   PyObject* d_shape = nullptr;  // owned
   PyObject* d_dtype = nullptr;  // owned
+  PyObject* produce = nullptr;  // owned; null for a native plan
 
   ~ArrayPlan() {
     drop(made);
     Py_XDECREF(d_shape);
     Py_XDECREF(d_dtype);
+    Py_XDECREF(produce);
   }
 };
 
@@ -925,6 +928,12 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
       *static_cast<ArrayPlan*>(PyCapsule_GetPointer(found, "multibackend.ArrayPlan"));
   const int now = current(plan.made);
   if (now <= 0) return now < 0 ? nullptr : missed();
+  if (plan.produce != nullptr) {
+    PyObject* operands[2] = {A, B};
+    PyObject* D = PyObject_Vectorcall(plan.produce, operands, 2, nullptr);
+    if (D != nullptr) ++served_count;
+    return D;
+  }
   uintptr_t stream = 0;
   const int ready = stream_for(*plan.native, array_stream, nullptr, &stream);
   if (ready <= 0) return ready < 0 ? nullptr : missed();
@@ -981,14 +990,8 @@ PyObject* bind_arrays(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// remember_arrays(key, environment, generation, d_shape, d_dtype (the array library's), torch
-// dtype of D, context, steps, keep): a native plan for calls on arrays with this key.
-PyObject* remember_arrays(PyObject*, PyObject* args) {
-  PyObject *key, *environment, *generation, *d_shape, *d_dtype, *d_type, *context, *steps, *keep;
-  if (!PyArg_ParseTuple(args, "O!O!OO!OO!OO!O", &PyTuple_Type, &key, &PyTuple_Type, &environment,
-                        &generation, &PyTuple_Type, &d_shape, &d_dtype, &THPDtypeType, &d_type,
-                        &context, &PyTuple_Type, &steps, &keep))
-    return nullptr;
+// Store `plan` under `key` (an array_key tuple); null on an error.
+PyObject* store_array_plan(PyObject* key, std::unique_ptr<ArrayPlan> plan) {
   if (array_plans == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "remember_arrays: no array library bound");
     return nullptr;
@@ -997,14 +1000,6 @@ PyObject* remember_arrays(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "remember_arrays: a key holds 11 items");
     return nullptr;
   }
-  auto plan = std::make_unique<ArrayPlan>();
-  plan->native = native_from(context, d_type, d_shape, steps, keep, array_stream);
-  if (plan->native == nullptr) return nullptr;
-  if (!made_from(environment, generation, nullptr, &plan->made)) return nullptr;
-  Py_INCREF(d_shape);
-  plan->d_shape = d_shape;
-  Py_INCREF(d_dtype);
-  plan->d_dtype = d_dtype;
   PyObject* capsule = PyCapsule_New(plan.get(), "multibackend.ArrayPlan", release_array_plan);
   if (capsule == nullptr) return nullptr;
   plan.release();
@@ -1013,6 +1008,43 @@ PyObject* remember_arrays(PyObject*, PyObject* args) {
   Py_DECREF(capsule);
   if (stored < 0) return nullptr;
   Py_RETURN_NONE;
+}
+
+// remember_arrays(key, environment, generation, d_shape, d_dtype (the array library's), torch
+// dtype of D, context, steps, keep): a native plan for calls on arrays with this key.
+PyObject* remember_arrays(PyObject*, PyObject* args) {
+  PyObject *key, *environment, *generation, *d_shape, *d_dtype, *d_type, *context, *steps, *keep;
+  if (!PyArg_ParseTuple(args, "O!O!OO!OO!OO!O", &PyTuple_Type, &key, &PyTuple_Type, &environment,
+                        &generation, &PyTuple_Type, &d_shape, &d_dtype, &THPDtypeType, &d_type,
+                        &context, &PyTuple_Type, &steps, &keep))
+    return nullptr;
+  auto plan = std::make_unique<ArrayPlan>();
+  plan->native = native_from(context, d_type, d_shape, steps, keep, array_stream);
+  if (plan->native == nullptr) return nullptr;
+  if (!made_from(environment, generation, nullptr, &plan->made)) return nullptr;
+  Py_INCREF(d_shape);
+  plan->d_shape = d_shape;
+  Py_INCREF(d_dtype);
+  plan->d_dtype = d_dtype;
+  return store_array_plan(key, std::move(plan));
+}
+
+// remember_array_call(key, environment, generation, produce): a plan for calls on arrays with
+// this key whose D produce(A, B) makes.
+PyObject* remember_array_call(PyObject*, PyObject* args) {
+  PyObject *key, *environment, *generation, *produce;
+  if (!PyArg_ParseTuple(args, "O!O!OO", &PyTuple_Type, &key, &PyTuple_Type, &environment,
+                        &generation, &produce))
+    return nullptr;
+  if (!PyCallable_Check(produce)) {
+    PyErr_Format(PyExc_TypeError, "remember_array_call: produce %R is not callable", produce);
+    return nullptr;
+  }
+  auto plan = std::make_unique<ArrayPlan>();
+  if (!made_from(environment, generation, nullptr, &plan->made)) return nullptr;
+  Py_INCREF(produce);
+  plan->produce = produce;
+  return store_array_plan(key, std::move(plan));
 }
 
 void clear_arrays() {
@@ -1082,6 +1114,8 @@ PyMethodDef methods[] = {
      "serve_dot_arrays(x, y, options): a dot of CuPy arrays from a native plan, else MISS"},
     {"remember_arrays", remember_arrays, METH_VARARGS,
      "remember a native plan for calls on CuPy arrays"},
+    {"remember_array_call", remember_array_call, METH_VARARGS,
+     "remember a plan for calls on CuPy arrays made by a library's own call"},
     {"bind_arrays", bind_arrays, METH_VARARGS, "bind cupy.ndarray, cupy.empty and a stream getter"},
     {"forget", forget, METH_NOARGS, "drop every plan"},
     {"bind", bind, METH_VARARGS, "bind the fallback, MISS, the environment and the generation"},

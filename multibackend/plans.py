@@ -367,22 +367,43 @@ def hand_over_native_arrays(word: tuple[str, Any], a: Any, b: Any,
     """:func:`hand_over_native` for calls on CuPy arrays, ``a`` and ``b`` the torch views of
     this call's arrays: the front then serves calls on arrays of the same dtype, shape,
     strides, alignment and device with ``cupy.empty`` for D and CuPy's current stream."""
-    module = _COMPILED[0]
     key = array_key(word, a, b)
     d_dtype = _numpy_dtype(launch.d_dtype) if launch is not None else None
-    if module is None or key is None or d_dtype is None:
+    module = _arrays_front() if key is not None and d_dtype is not None else None
+    if module is None:
         return
-    if ARRAYS[0] is None:
-        import cupy
-
-        module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
-        ARRAYS[:] = [cupy.ndarray, module.serve_arrays, module.serve_dot_arrays]
     try:
         module.remember_arrays(key, _watched_environment(), _GENERATION[0], launch.d_sizes,
                                d_dtype, launch.d_dtype, launch.context,
                                tuple(step.wire() for step in launch.steps), launch.keep)
     except RuntimeError:  # no libcuda.so.1 to launch from
         return
+
+
+def hand_over_call_arrays(word: tuple[str, Any], a: Any, b: Any, produce: Any) -> None:
+    """Give the compiled front a plan just made for a call with one option ``word`` on CuPy
+    arrays ``a`` and ``b`` whose D ``produce(a, b)`` makes (the cuBLAS backend's producing
+    call): it then serves calls on arrays of the same dtype, shape, strides, alignment and
+    device with it, under the environment and tables of now."""
+    import torch
+
+    key = array_key(word, torch.from_dlpack(a), torch.from_dlpack(b))
+    module = _arrays_front() if key is not None else None
+    if module is not None:
+        module.remember_array_call(key, _watched_environment(), _GENERATION[0], produce)
+
+
+def _arrays_front() -> Any:
+    """The compiled front (loaded and bound where it can be, see :func:`front`) with CuPy
+    bound as its array library, or None where it is not in use."""
+    front()
+    module = _COMPILED[0]
+    if module is not None and ARRAYS[0] is None:
+        import cupy
+
+        module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
+        ARRAYS[:] = [cupy.ndarray, module.serve_arrays, module.serve_dot_arrays]
+    return module
 
 
 def array_key(word: tuple[str, Any], a: Any, b: Any) -> tuple | None:

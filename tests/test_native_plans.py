@@ -360,3 +360,25 @@ def test_a_triton_launch_packs_a_fixed_pointer_where_told():
     assert step.slots == ((0, native.A), (8, native.B))
     assert struct.unpack_from("Q", step.params, 16) == (0xBEEF,)
     assert step.wire()[-2:] == (True, 0)
+
+
+def test_a_call_plan_of_arrays_hands_the_arrays_to_its_producing_call(module, monkeypatch):
+    module.bind_arrays(HostArray, host_empty, lambda: 0)
+    a, b = small_ints(3, 5), small_ints(5, 2, seed=4)
+    calls = []
+
+    def produce(x, y):
+        calls.append((x, y))
+        return HostArray(x.tensor @ y.tensor)
+
+    key = plans.array_key(("backend", "cublas"), a, b)
+    module.remember_array_call(key, plans._watched_environment(), plans._GENERATION[0], produce)
+    x, y = HostArray(a), HostArray(b)
+    served = module.stats()[2]
+    d = module.serve_arrays(x, y, None, {"backend": "cublas"})
+    assert torch.equal(d.tensor, a @ b) and calls == [(x, y)] and module.stats()[2] == served + 1
+    assert module.serve_arrays(x, y, None, {}) is plans.MISS
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "triton")
+    assert module.serve_arrays(x, y, None, {"backend": "cublas"}) is plans.MISS
+    with pytest.raises(TypeError, match="not callable"):
+        module.remember_array_call(key, plans._watched_environment(), 0, None)
