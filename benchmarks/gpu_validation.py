@@ -17,7 +17,8 @@ out of the timing. ``eager`` times back-to-back calls, host included; ``graph`` 
 calls captured in a CUDA graph.
 
 Writes ``validation_<mode>.json`` (a list of rows ``{dtype, m, n, k, batch, mode, backend, ms,
-torch_ms}``, one per problem, mode and member, ``backend`` "torch" for torch.matmul itself)
+torch_ms}``, one per problem, mode and member, ``backend`` "torch" for torch.matmul itself;
+``chosen``, for ``auto`` and ``auto_autotune``, the backend the call ran)
 and prints per member the geometric mean of torch_ms / ms, the worst problem and how many
 fall below 0.95x; for ``auto_autotune``, the worst ratio to the fastest member of its problem.
 """
@@ -75,6 +76,14 @@ def _members(names: list[str], a, b, mode: str) -> dict:
         else:
             calls[name] = lambda name=name: mb.matmul(a, b, backend=name)
     return calls
+
+
+def _chosen(a, b, mode: str) -> dict:
+    """The backend ``auto`` and ``auto_autotune`` run for these operands (explain())."""
+    import multibackend as mb
+
+    return {"auto": mb.explain(a, b).backend,
+            "auto_autotune": mb.explain(a, b, autotune=mode).backend}
 
 
 def checked(calls: dict, a, b, problem, notes: list) -> dict:
@@ -158,10 +167,12 @@ def main() -> int:
                 timed = time_interleaved(calls, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)
                 base = timed[BASE].median_ms
+                chosen = _chosen(a, b, mode)
                 for name, t in timed.items():
                     rows.append({"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k,
                                  "batch": shape.batch, "mode": mode, "backend": name,
-                                 "ms": t.median_ms, "torch_ms": base})
+                                 "ms": t.median_ms, "torch_ms": base,
+                                 **({"chosen": chosen[name]} if name in chosen else {})})
                 ratios = "  ".join(f"{n} {base / t.median_ms:.3f}" for n, t in timed.items()
                                    if n != BASE)
                 print(f"[{time.monotonic() - start:6.0f}s] {mode} {dtype} {shape.label:22s} "

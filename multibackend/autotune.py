@@ -14,10 +14,11 @@ shape that no tuning table answers then runs, on the caller's own operands:
    it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
 
-The fastest wins only if it beats cuBLAS by more than cuBLAS's own measured spread; else
-cuBLAS keeps the shape. The entry, with every figure, is kept in memory and written to the
-user cache (``cache_dir("tuning")``, one file per GPU, driver and library versions; written
-atomically, a corrupt file rebuilt), so later processes reuse it and never time it again.
+The fastest wins only if it beats cuBLAS by more than cuBLAS's own measured spread (and at
+least :data:`MIN_SPREAD` of the mode); else cuBLAS keeps the shape. The entry, with every
+figure, is kept in memory and written to the user cache (``cache_dir("tuning")``, one file per
+GPU, driver and library versions; written atomically, a corrupt file rebuilt), so later
+processes reuse it and never time it again.
 """
 from __future__ import annotations
 
@@ -36,8 +37,11 @@ from .problem import Problem
 
 ENV_AUTOTUNE = "MULTIBACKEND_AUTOTUNE"
 BASELINE = "cublas"
-#: the smallest lead over cuBLAS that counts, whatever the measured spread
-MIN_SPREAD = 0.01
+#: the smallest lead over cuBLAS that counts, whatever the measured spread, by timing mode:
+#: in eager mode a host-bound call moves by 2-4% between runs even where the kernel and the
+#: path are cuBLAS's both times (validation runs on an H100 and an H200), so a smaller lead
+#: there is noise; replayed graphs move by about 1%
+MIN_SPREAD = {"eager": 0.03, "graph": 0.01}
 REPS = 20
 MAX_SECONDS = 2.0
 _OFF = ("", "0", "off", "false", "no")
@@ -167,9 +171,9 @@ def measure(call: Any, accepted: list[str], mode: str,
     timings = time_interleaved(runs, mode=mode, reps=REPS, max_seconds=MAX_SECONDS)
     winner = min(timings, key=lambda name: timings[name].median_ms)
     base = timings.get(BASELINE)
-    spread = MIN_SPREAD
+    spread = MIN_SPREAD[mode]
     if base is not None:
-        spread = max(MIN_SPREAD, (base.p80_ms - base.p20_ms) / base.median_ms)
+        spread = max(spread, (base.p80_ms - base.p20_ms) / base.median_ms)
         if timings[winner].median_ms * (1 + spread) > base.median_ms:
             winner = BASELINE
     return {
