@@ -18,6 +18,9 @@ than the current one, or a compute type other than CuPy's default
 """
 from __future__ import annotations
 
+import ctypes
+import functools
+import os
 from typing import Any, Callable
 
 #: (cuBLAS data type name in CuPy's runtime module, its compute type name, the scalars' dtype)
@@ -51,47 +54,124 @@ def layout(shape: tuple[int, int], strides: tuple[int, int],
     return None
 
 
-def matrices(dtype: str, cc: tuple[int, int]) -> Callable[[Any, Any], Any] | None:
-    """The producing call ``(A, B) -> D`` for CuPy matrices of ``dtype`` on a device of
-    compute capability ``cc``, or None where CuPy does not serve the dtype this way."""
-    if dtype not in _TYPES:
-        return None
-    import cupy
-    import numpy
-    from cupy._core import _routines_linalg
-    from cupy.cuda import device as cuda_device
-    from cupy_backends.cuda.api import runtime
-    from cupy_backends.cuda.libs import cublas
+class Gemm:
+    """The producing call ``gemm(A, B) -> D`` for CuPy matrices of one dtype on devices of
+    one compute capability (see the module's docstring), and :meth:`native`, the same call
+    described for the compiled front."""
 
-    type_name, compute_name, scalar = _TYPES[dtype]
-    data_type, compute = getattr(runtime, type_name), getattr(cublas, compute_name)
-    tensor_op = cc >= (8, 0) or (dtype == "float16" and cc >= (7, 0))
-    algo = cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP if tensor_op else cublas.CUBLAS_GEMM_DEFAULT
-    scalars = numpy.array([1, 0], dtype=scalar)  # alpha, beta: host memory cuBLAS reads
-    one, zero = scalars.ctypes.data, scalars.ctypes.data + scalars.itemsize
-    np_dtype = numpy.dtype(dtype)
-    itemsize = np_dtype.itemsize
-    matmul, empty, gemm = cupy.matmul, cupy.empty, cublas.gemmEx
-    handle_of, device_of = cuda_device.get_cublas_handle, runtime.getDevice
-    default = _routines_linalg.COMPUTE_TYPE_DEFAULT
-    compute_type_of = _routines_linalg.get_compute_type
+    def __init__(self, dtype: str, cc: tuple[int, int]):
+        import numpy
+        from cupy_backends.cuda.api import runtime
+        from cupy_backends.cuda.libs import cublas
 
-    def produce(a: Any, b: Any) -> Any:
+        type_name, compute_name, scalar = _TYPES[dtype]
+        self.data_type = getattr(runtime, type_name)
+        self.compute = getattr(cublas, compute_name)
+        tensor_op = cc >= (8, 0) or (dtype == "float16" and cc >= (7, 0))
+        self.algo = (cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP if tensor_op
+                     else cublas.CUBLAS_GEMM_DEFAULT)
+        self.scalars = numpy.array([1, 0], dtype=scalar)  # alpha, beta as cuBLAS reads them
+        self.dtype = numpy.dtype(dtype)
+        self.torch_dtype = dtype
+
+    def operands(self, a: Any, b: Any) -> tuple | None:
+        """(m, n, k, how cuBLAS reads A, how it reads B) for the arrays (see :func:`layout`),
+        or None where this call leaves them to ``cupy.matmul``."""
+        from cupy._core import _routines_linalg
+        from cupy_backends.cuda.api import runtime
+
         (m, k), (k_b, n) = a.shape, b.shape
-        a_data, b_data = a.data, b.data
-        read_a = layout((m, k), a.strides, itemsize)
-        read_b = layout((k, n), b.strides, itemsize)
+        read_a = layout((m, k), a.strides, self.dtype.itemsize)
+        read_b = layout((k, n), b.strides, self.dtype.itemsize)
         if (k_b != k or read_a is None or read_b is None or not (m and n and k)
                 or max(m, n, k, read_a[1], read_b[1]) >= _INT32
-                or a_data.device_id != device_of() or b_data.device_id != a_data.device_id
-                or compute_type_of(np_dtype) != default):
-            return matmul(a, b)
-        d = empty((m, n), np_dtype)
+                or a.data.device_id != runtime.getDevice()
+                or b.data.device_id != a.data.device_id
+                or _routines_linalg.get_compute_type(self.dtype)
+                != _routines_linalg.COMPUTE_TYPE_DEFAULT):
+            return None
+        return m, n, k, read_a, read_b
+
+    def __call__(self, a: Any, b: Any) -> Any:
+        import cupy
+        from cupy.cuda import device as cuda_device
+        from cupy_backends.cuda.libs import cublas
+
+        found = self.operands(a, b)
+        if found is None:
+            return cupy.matmul(a, b)
+        m, n, k, read_a, read_b = found
+        d = cupy.empty((m, n), self.dtype)
+        one = self.scalars.ctypes.data
         # row-major D (m x n) is column-major D^T (n x m) = B^T A^T
-        gemm(handle_of(), int(read_b[0]), int(read_a[0]), n, m, k, one, b_data.ptr, data_type,
-             read_b[1], a_data.ptr, data_type, read_a[1], zero, d.data.ptr, data_type, n,
-             compute, algo)
+        cublas.gemmEx(cuda_device.get_cublas_handle(), int(read_b[0]), int(read_a[0]), n, m, k,
+                      one, b.data.ptr, self.data_type, read_b[1], a.data.ptr, self.data_type,
+                      read_a[1], one + self.scalars.itemsize, d.data.ptr, self.data_type, n,
+                      self.compute, self.algo)
         return d
 
-    produce.scalars = scalars  # what ``one`` and ``zero`` point into, kept with the call
-    return produce
+    def native(self, a: Any, b: Any) -> Any:
+        """The call on arrays exactly like ``a`` and ``b`` as a native plan of one
+        :class:`~multibackend.native.BlasStep` (our own cuBLAS handle of the device, from the
+        library CuPy loaded), or None where it is not described (see :meth:`operands`; no
+        such library found)."""
+        from multibackend import driver, dtypes, native
+
+        found = self.operands(a, b)
+        device = a.data.device_id
+        library = _library()
+        if found is None or library is None:
+            return None
+        m, n, k, read_a, read_b = found
+        step = native.BlasStep(
+            library.gemm, library.set_stream, library.handle(device),
+            (int(read_b[0]), int(read_a[0]), n, m, k, self.data_type, read_b[1],
+             self.data_type, read_a[1], self.data_type, n, self.compute, self.algo),
+            (native.B, native.A, native.D), self.scalars.tobytes())
+        return native.Native(dtypes.torch_dtype(self.torch_dtype), (m, n),
+                             driver.primary_context(device), (step,), keep=(library,))
+
+
+class Library:
+    """The cuBLAS library CuPy loaded: the addresses of ``cublasGemmEx`` and
+    ``cublasSetStream_v2``, and one handle per device, made here (so the handle, the entry
+    points and their library are one), kept for the process's life."""
+
+    def __init__(self, lib: Any):
+        self._lib = lib
+        self.gemm = ctypes.cast(lib.cublasGemmEx, ctypes.c_void_p).value
+        self.set_stream = ctypes.cast(lib.cublasSetStream_v2, ctypes.c_void_p).value
+        self._handles: dict[int, int] = {}
+
+    def handle(self, device: int) -> int:
+        found = self._handles.get(device)
+        if found is None:
+            from cupy.cuda import Device
+
+            handle = ctypes.c_void_p()
+            with Device(device):
+                status = self._lib.cublasCreate_v2(ctypes.byref(handle))
+            if status:
+                raise RuntimeError(f"cublasCreate_v2 on device {device} failed: status {status}")
+            found = self._handles[device] = handle.value
+        return found
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> Library | None:
+    """The cuBLAS CuPy loaded (found by its soname, libcublas.so.<CUDA major>, among the
+    libraries already loaded), or None."""
+    from cupy_backends.cuda.api import runtime
+
+    name = f"libcublas.so.{runtime.runtimeGetVersion() // 1000}"
+    try:
+        return Library(ctypes.CDLL(name, mode=os.RTLD_NOLOAD))
+    except (OSError, AttributeError):
+        return None
+
+
+def matrices(dtype: str, cc: tuple[int, int]) -> Callable[[Any, Any], Any] | None:
+    """The producing call ``(A, B) -> D`` for CuPy matrices of ``dtype`` on a device of
+    compute capability ``cc`` (a :class:`Gemm`), or None where CuPy does not serve the
+    dtype this way."""
+    return Gemm(dtype, cc) if dtype in _TYPES else None

@@ -285,6 +285,11 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
                 done = plans.made(found, *arrays[:3])
             except (RuntimeError, ValueError):  # refused: the full path words the error
                 return None, None, None
+            if options[0] == plans.PLAIN and fam_key[3] == "cupy" and done is not plans.MISS:
+                # the compiled front serves this shape's later calls (CuPy has no families
+                # there), so a CuPy call reaches this path once per shape
+                plans.hand_over_call_arrays(("backend", options[1]), arrays[0], arrays[1],
+                                            found[0])
             return (None if done is plans.MISS else done), None, None
     adapted = plans.as_tensors(arrays)
     if adapted is None:

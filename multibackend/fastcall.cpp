@@ -87,6 +87,14 @@ using CtxGetCurrent = int (*)(void** context);
 using Entry = int (*)(const int64_t*, const void*, const void*, const void*, void*, double, double,
                       void*);
 
+// cuBLAS: cublasSetStream_v2(handle, stream) and cublasGemmEx (cublasStatus_t is an int, the
+// enums ints, the handle a pointer), 0 on success.
+using SetStream = int (*)(void* handle, void* stream);
+using GemmEx = int (*)(void* handle, int transa, int transb, int m, int n, int k,
+                       const void* alpha, const void* a, int a_type, int lda, const void* b,
+                       int b_type, int ldb, const void* beta, void* c, int c_type, int ldc,
+                       int compute, int algo);
+
 LaunchKernel cu_launch_kernel = nullptr;
 CtxGetCurrent cu_ctx_get_current = nullptr;
 PyObject* stream_of = nullptr;  // device index -> the raw handle of torch's current stream there
@@ -100,6 +108,7 @@ constexpr size_t PARAM_COUNT = 256;
 // One step of a native plan: a kernel launch, or a call of a library's entry point.
 struct Step {
   bool entry = false;
+  bool blas = false;
   // a kernel: function, grid, block, dynamic shared memory, and its parameters (the bytes, each
   // one's offset in them, and the offsets where an operand's pointer is written per call)
   void* function = nullptr;
@@ -113,7 +122,16 @@ struct Step {
   const int64_t* shape = nullptr;
   int operands[4] = {SOURCE_A, SOURCE_B, SOURCE_D, SOURCE_D};
   double alpha = 1, beta = 0;
-  // either: the one stream it may run on where pinned (a workspace or scratch buffer of the
+  // a cuBLAS GEMM: its entry points and handle, its 13 integer arguments in order (transa,
+  // transb, m, n, k, a_type, lda, b_type, ldb, c_type, ldc, compute, algo), the operand passed as
+  // its A, B and C, and alpha then beta as its compute type reads them
+  GemmEx gemm = nullptr;
+  SetStream set_stream = nullptr;
+  void* handle = nullptr;
+  int ints[13] = {};
+  int gemm_operands[3] = {SOURCE_A, SOURCE_B, SOURCE_D};
+  alignas(8) char scalars[16] = {};
+  // any: the one stream it may run on where pinned (a workspace or scratch buffer of the
   // plan is that stream's; 0 is the legacy default stream)
   bool pinned = false;
   uintptr_t stream = 0;
@@ -312,6 +330,18 @@ int stream_for(const Native& n, PyObject* getter, PyObject* arg, uintptr_t* stre
 bool launch_steps(const Native& n, const uintptr_t pointers[3], uintptr_t stream) {
   void* raw_stream = reinterpret_cast<void*>(stream);
   for (const Step& step : n.steps) {
+    if (step.blas) {
+      const int* v = step.ints;
+      const void* p[3];
+      for (int i = 0; i < 3; ++i)
+        p[i] = reinterpret_cast<const void*>(pointers[step.gemm_operands[i]]);
+      if (step.set_stream(step.handle, raw_stream) != 0 ||
+          step.gemm(step.handle, v[0], v[1], v[2], v[3], v[4], step.scalars, p[0], v[5], v[6], p[1],
+                    v[7], v[8], step.scalars + 8, const_cast<void*>(p[2]), v[9], v[10], v[11],
+                    v[12]) != 0)
+        return false;
+      continue;
+    }
     if (step.entry) {
       const void* p[4];
       for (int i = 0; i < 4; ++i) p[i] = reinterpret_cast<const void*>(pointers[step.operands[i]]);
@@ -671,6 +701,53 @@ bool stream_from(PyObject* item, Step* step) {
   return true;
 }
 
+// A cuBLAS GEMM step from its tuple: (2, gemm address, set_stream address, handle, (13 ints),
+// (sources of A, B, C), scalars (bytes: alpha then beta), pinned, stream); false on an error.
+bool blas_step_from(PyObject* item, bool on_device, Step* step) {
+  if (!on_device) {
+    PyErr_SetString(PyExc_ValueError, "remember_native: a cuBLAS step needs a CUDA context");
+    return false;
+  }
+  step->blas = true;
+  unsigned long long n = 0;
+  if (!unsigned_of(PyTuple_GET_ITEM(item, 1), "cublasGemmEx", &n)) return false;
+  step->gemm = reinterpret_cast<GemmEx>(n);
+  if (!unsigned_of(PyTuple_GET_ITEM(item, 2), "cublasSetStream_v2", &n)) return false;
+  step->set_stream = reinterpret_cast<SetStream>(n);
+  if (!unsigned_of(PyTuple_GET_ITEM(item, 3), "the handle", &n)) return false;
+  step->handle = reinterpret_cast<void*>(n);
+  PyObject *ints = PyTuple_GET_ITEM(item, 4), *sources = PyTuple_GET_ITEM(item, 5);
+  PyObject* scalars = PyTuple_GET_ITEM(item, 6);
+  if (!PyTuple_Check(ints) || PyTuple_GET_SIZE(ints) != 13 || !PyTuple_Check(sources) ||
+      PyTuple_GET_SIZE(sources) != 3 || !PyBytes_Check(scalars) ||
+      PyBytes_GET_SIZE(scalars) > 16 || step->gemm == nullptr || step->set_stream == nullptr ||
+      step->handle == nullptr) {
+    PyErr_Format(PyExc_ValueError, "remember_native: cuBLAS step %R: expected (2, gemm, "
+                 "set_stream, handle (none null), 13 ints, 3 sources, at most 16 bytes of "
+                 "scalars, pinned, stream)", item);
+    return false;
+  }
+  for (int i = 0; i < 13; ++i) {
+    const long value = PyLong_AsLong(PyTuple_GET_ITEM(ints, i));
+    if (value == -1 && PyErr_Occurred()) return false;
+    if (value < INT_MIN || value > INT_MAX) {
+      PyErr_Format(PyExc_ValueError, "remember_native: cuBLAS argument %ld is past 32 bits", value);
+      return false;
+    }
+    step->ints[i] = static_cast<int>(value);
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (!unsigned_of(PyTuple_GET_ITEM(sources, i), "a source", &n)) return false;
+    if (n > SOURCE_D) {
+      PyErr_Format(PyExc_ValueError, "remember_native: source %llu: A (0), B (1) or D (2)", n);
+      return false;
+    }
+    step->gemm_operands[i] = static_cast<int>(n);
+  }
+  std::memcpy(step->scalars, PyBytes_AS_STRING(scalars), PyBytes_GET_SIZE(scalars));
+  return stream_from(item, step);
+}
+
 // A step from its tuple: (0, function, (gx, gy, gz), (bx, by, bz), smem, params (bytes), offsets,
 // slots ((offset, source), ...), pinned, stream) for a kernel, (1, entry address, shape address,
 // (sources of a, b, c, d), alpha, beta, pinned, stream) for an entry point; false on an error.
@@ -771,9 +848,10 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
     }
     return stream_from(item, step);
   }
+  if (kind == 2 && PyTuple_GET_SIZE(item) == 9) return blas_step_from(item, on_device, step);
   if (!PyErr_Occurred())
-    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 9 fields) or "
-                 "an entry point (1, 7 fields)", item);
+    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 9 fields), "
+                 "an entry point (1, 7 fields) or a cuBLAS GEMM (2, 8 fields)", item);
   return false;
 }
 

@@ -8,7 +8,9 @@ and one or more steps, each either
   and dynamic shared memory, from a parameter buffer packed once, into which only the
   operands' pointers are written per call (:data:`A`, :data:`B`, :data:`D` at given offsets);
 - an :class:`EntryStep`: one call of a kernel library's ``mb_gemm(shape, a, b, c, d, alpha,
-  beta, stream)`` (CUTLASS), with the operand each pointer argument takes.
+  beta, stream)`` (CUTLASS), with the operand each pointer argument takes;
+- a :class:`BlasStep`: one ``cublasGemmEx`` (cuBLAS for a CuPy caller, as ``cupy.matmul``
+  calls it), its stream set first.
 
 The compiled front (:mod:`multibackend.fastcall`) allocates D with ``at::empty`` and runs the
 steps on torch's current stream, while the function's context is current on the thread
@@ -63,6 +65,27 @@ class EntryStep:
                 *_pinned(self.stream))
 
 
+@dataclass(frozen=True)
+class BlasStep:
+    """One cuBLAS GEMM: ``cublasSetStream_v2(handle, stream)``, then ``cublasGemmEx(handle,
+    transa, transb, m, n, k, &alpha, A, a_type, lda, B, b_type, ldb, &beta, C, c_type, ldc,
+    compute, algo)`` with ``ints`` those 13 integers in that order, ``operands`` the operand
+    passed as its A, B and C, ``scalars`` alpha then beta as the compute type reads them
+    (two floats or two doubles), at the addresses ``gemm`` and ``set_stream``."""
+
+    gemm: int
+    set_stream: int
+    handle: int
+    ints: tuple[int, ...]
+    operands: tuple[int, int, int]
+    scalars: bytes
+    stream: int | None = None
+
+    def wire(self) -> tuple:
+        return (2, self.gemm, self.set_stream, self.handle, self.ints, self.operands,
+                self.scalars, *_pinned(self.stream))
+
+
 def _pinned(stream: int | None) -> tuple[bool, int]:
     """A step's stream as the front reads it: (whether it is bound to one, its raw handle;
     0 is a stream too, the legacy default one)."""
@@ -78,7 +101,7 @@ class Native:
     d_dtype: Any
     d_sizes: tuple[int, ...]
     context: int
-    steps: tuple[KernelStep | EntryStep, ...]
+    steps: tuple[KernelStep | EntryStep | BlasStep, ...]
     keep: tuple = ()
 
 

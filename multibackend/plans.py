@@ -384,12 +384,21 @@ def hand_over_call_arrays(word: tuple[str, Any], a: Any, b: Any, produce: Any) -
     """Give the compiled front a plan just made for a call with one option ``word`` on CuPy
     arrays ``a`` and ``b`` whose D ``produce(a, b)`` makes (the cuBLAS backend's producing
     call): it then serves calls on arrays of the same dtype, shape, strides, alignment and
-    device with it, under the environment and tables of now."""
+    device — launching what ``produce.native(a, b)`` describes, where it describes it, else
+    calling ``produce`` — under the environment and tables of now."""
+    module = _arrays_front()
+    if module is None:
+        return
     import torch
 
-    key = array_key(word, torch.from_dlpack(a), torch.from_dlpack(b))
-    module = _arrays_front() if key is not None else None
-    if module is not None:
+    ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
+    describe = getattr(produce, "native", None)
+    launch = describe(a, b) if describe is not None else None
+    if launch is not None:
+        hand_over_native_arrays(word, ta, tb, launch)
+        return
+    key = array_key(word, ta, tb)
+    if key is not None:
         module.remember_array_call(key, _watched_environment(), _GENERATION[0], produce)
 
 

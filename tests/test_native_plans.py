@@ -142,6 +142,10 @@ def test_wrong_native_plans_say_what_is_wrong(module):
     with pytest.raises(ValueError, match="no steps"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0, (),
                                None)
+    gemm = native.BlasStep(1, 2, 3, (0,) * 13, (native.B, native.A, native.D), bytes(8))
+    with pytest.raises(ValueError, match="a cuBLAS step needs a CUDA context"):
+        module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
+                               (gemm.wire(),), None)
     with pytest.raises(ValueError, match="expected a kernel"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
                                ((2, 1),), None)
@@ -178,6 +182,15 @@ def test_kernel_steps_check_their_parameter_buffer(module):
             remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), (), False, 0))
         with pytest.raises(ValueError, match="offset 8 past 8 bytes"):
             remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (8,), (), False, 0))
+        gemm = native.BlasStep(1, 2, 3, (0,) * 13, (native.B, native.A, native.D), bytes(8))
+        with pytest.raises(ValueError, match="13 ints"):
+            remember(gemm.wire()[:4] + ((0,) * 12,) + gemm.wire()[5:])
+        with pytest.raises(ValueError, match="at most 16 bytes"):
+            remember(gemm.wire()[:6] + (bytes(24),) + gemm.wire()[7:])
+        with pytest.raises(ValueError, match="past 32 bits"):
+            remember(gemm.wire()[:4] + ((2 ** 31,) + (0,) * 12,) + gemm.wire()[5:])
+        with pytest.raises(ValueError, match="source 3"):
+            remember(gemm.wire()[:5] + ((0, 1, 3),) + gemm.wire()[6:])
     finally:
         plans.bind(module)
     assert module.stats()[1] == 0
