@@ -402,17 +402,23 @@ def hand_over_call_arrays(word: tuple[str, Any], a: Any, b: Any, produce: Any) -
         module.remember_array_call(key, _watched_environment(), _GENERATION[0], produce)
 
 
-def _arrays_front() -> Any:
-    """The compiled front (loaded and bound where it can be, see :func:`front`) with CuPy
-    bound as its array library, or None where it is not in use."""
-    front()
-    module = _COMPILED[0]
-    if module is not None and ARRAYS[0] is None:
-        import cupy
+#: whether :func:`_arrays_front` has tried to load the compiled front for CuPy arrays
+_ARRAYS_TRIED = [False]
 
-        module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
-        ARRAYS[:] = [cupy.ndarray, module.serve_arrays, module.serve_dot_arrays]
-    return module
+
+def _arrays_front() -> Any:
+    """The compiled front (loaded and bound where it can be, see :func:`front`; tried once)
+    with CuPy bound as its array library, or None where it is not in use."""
+    if ARRAYS[0] is None and not _ARRAYS_TRIED[0]:
+        _ARRAYS_TRIED[0] = True
+        front()
+        module = _COMPILED[0]
+        if module is not None:
+            import cupy
+
+            module.bind_arrays(cupy.ndarray, cupy.empty, _cupy_stream)
+            ARRAYS[:] = [cupy.ndarray, module.serve_arrays, module.serve_dot_arrays]
+    return _COMPILED[0] if ARRAYS[0] is not None else None
 
 
 def array_key(word: tuple[str, Any], a: Any, b: Any) -> tuple | None:
