@@ -60,9 +60,18 @@ class Gemm:
     described for the compiled front."""
 
     def __init__(self, dtype: str, cc: tuple[int, int]):
+        import cupy
         import numpy
+        from cupy._core import _routines_linalg
+        from cupy.cuda import device as cuda_device
         from cupy_backends.cuda.api import runtime
         from cupy_backends.cuda.libs import cublas
+
+        # what each call uses, bound once (a call with no plan in the front comes here)
+        self._matmul, self._empty, self._gemm = cupy.matmul, cupy.empty, cublas.gemmEx
+        self._handle, self._device = cuda_device.get_cublas_handle, runtime.getDevice
+        self._compute_type = _routines_linalg.get_compute_type
+        self._default = _routines_linalg.COMPUTE_TYPE_DEFAULT
 
         type_name, compute_name, scalar = _TYPES[dtype]
         self.data_type = getattr(runtime, type_name)
@@ -77,34 +86,26 @@ class Gemm:
     def operands(self, a: Any, b: Any) -> tuple | None:
         """(m, n, k, how cuBLAS reads A, how it reads B) for the arrays (see :func:`layout`),
         or None where this call leaves them to ``cupy.matmul``."""
-        from cupy._core import _routines_linalg
-        from cupy_backends.cuda.api import runtime
-
         (m, k), (k_b, n) = a.shape, b.shape
         read_a = layout((m, k), a.strides, self.dtype.itemsize)
         read_b = layout((k, n), b.strides, self.dtype.itemsize)
         if (k_b != k or read_a is None or read_b is None or not (m and n and k)
                 or max(m, n, k, read_a[1], read_b[1]) >= _INT32
-                or a.data.device_id != runtime.getDevice()
+                or a.data.device_id != self._device()
                 or b.data.device_id != a.data.device_id
-                or _routines_linalg.get_compute_type(self.dtype)
-                != _routines_linalg.COMPUTE_TYPE_DEFAULT):
+                or self._compute_type(self.dtype) != self._default):
             return None
         return m, n, k, read_a, read_b
 
     def __call__(self, a: Any, b: Any) -> Any:
-        import cupy
-        from cupy.cuda import device as cuda_device
-        from cupy_backends.cuda.libs import cublas
-
         found = self.operands(a, b)
         if found is None:
-            return cupy.matmul(a, b)
+            return self._matmul(a, b)
         m, n, k, read_a, read_b = found
-        d = cupy.empty((m, n), self.dtype)
+        d = self._empty((m, n), self.dtype)
         one = self.scalars.ctypes.data
         # row-major D (m x n) is column-major D^T (n x m) = B^T A^T
-        cublas.gemmEx(cuda_device.get_cublas_handle(), int(read_b[0]), int(read_a[0]), n, m, k,
+        self._gemm(self._handle(), int(read_b[0]), int(read_a[0]), n, m, k,
                       one, b.data.ptr, self.data_type, read_b[1], a.data.ptr, self.data_type,
                       read_a[1], one + self.scalars.itemsize, d.data.ptr, self.data_type, n,
                       self.compute, self.algo)
