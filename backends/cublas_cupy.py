@@ -105,10 +105,10 @@ class Gemm:
         d = self._empty((m, n), self.dtype)
         one = self.scalars.ctypes.data
         # row-major D (m x n) is column-major D^T (n x m) = B^T A^T
-        self._gemm(self._handle(), int(read_b[0]), int(read_a[0]), n, m, k,
-                      one, b.data.ptr, self.data_type, read_b[1], a.data.ptr, self.data_type,
-                      read_a[1], one + self.scalars.itemsize, d.data.ptr, self.data_type, n,
-                      self.compute, self.algo)
+        self._gemm(self._handle(), int(read_b[0]), int(read_a[0]), n, m, k, one, b.data.ptr,
+                   self.data_type, read_b[1], a.data.ptr, self.data_type, read_a[1],
+                   one + self.scalars.itemsize, d.data.ptr, self.data_type, n, self.compute,
+                   self.algo)
         return d
 
     def native(self, a: Any, b: Any) -> Any:
