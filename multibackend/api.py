@@ -94,7 +94,8 @@ def _resolve_config(call: Call, backend: str | None, config: Any):
                           f"for this problem (offered: {names})")
 
 
-def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
+def matmul(A: Any, B: Any, C: Any = None, *, backend: Any = "auto", autotune: Any = None,
+           **options: Any) -> Any:
     """``D = alpha * A @ B + beta * C`` on the backend ``backend`` ("auto" by default).
 
     ``out_dtype``: D's dtype (default: A's for floats, int32 for integers, float32 for fp8).
@@ -116,14 +117,14 @@ def matmul(A: Any, B: Any, C: Any = None, **options: Any) -> Any:
     cls = A.__class__
     if cls is _TENSOR and not _compiling():
         # a repeated call on torch tensors with at most backend or autotune: its plan, at once
-        done = _served(A, B, C, options)
+        done = _served(A, B, C, backend, autotune, options)
         if done is not _MISS:
             return done
     elif cls is _ARRAYS[0]:  # the same on CuPy arrays, once such a plan was handed over
-        done = _ARRAYS[1](A, B, C, options)
+        done = _ARRAYS[1](A, B, C, backend, autotune, options)
         if done is not _MISS:
             return done
-    return _matmul(A, B, C, **options)
+    return _matmul(A, B, C, backend=backend, autotune=autotune, **options)
 
 
 def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
@@ -246,12 +247,12 @@ _MISS = plans.MISS
 _ARRAYS = plans.ARRAYS
 
 
-def _served(A: Any, B: Any, C: Any, options: dict) -> Any:
+def _served(A: Any, B: Any, C: Any, backend: Any, autotune: Any, options: dict) -> Any:
     """The front of a repeated plain call on torch tensors (:func:`plans.front`), chosen on
     the first call (which loads, or builds, the compiled one) and bound here for the next."""
     global _served
     _served = plans.front()
-    return _served(A, B, C, options)
+    return _served(A, B, C, backend, autotune, options)
 
 
 #: help() and IDEs show matmul's keywords, which it passes on to the full path
@@ -371,7 +372,7 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
     return _finish(call)
 
 
-def dot(x: Any, y: Any, **options: Any) -> Any:
+def dot(x: Any, y: Any, *, backend: Any = "auto", autotune: Any = None, **options: Any) -> Any:
     """``x . y`` for 1-D vectors of one dtype (f16, bf16, f32, f64): a 0-d array in the
     accumulator's dtype (float32, or float64 for float64 inputs), made by the backend
     ``backend`` ("auto" by default). ``acc_dtype``: the accumulator; ``autotune`` as for
@@ -379,14 +380,14 @@ def dot(x: Any, y: Any, **options: Any) -> Any:
     kernel of ours is launched by the compiled front (see :mod:`multibackend.fastcall`)."""
     cls = x.__class__
     if cls is _TENSOR and not _compiling():
-        done = _dot_served(x, y, options)
+        done = _dot_served(x, y, backend, autotune, options)
         if done is not _MISS:
             return done
     elif cls is _ARRAYS[0]:
-        done = _ARRAYS[2](x, y, options)
+        done = _ARRAYS[2](x, y, backend, autotune, options)
         if done is not _MISS:
             return done
-    return _dot(x, y, **options)
+    return _dot(x, y, backend=backend, autotune=autotune, **options)
 
 
 def _dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
@@ -411,12 +412,12 @@ def _dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, exact=exact)
 
 
-def _dot_served(x: Any, y: Any, options: dict) -> Any:
+def _dot_served(x: Any, y: Any, backend: Any, autotune: Any, options: dict) -> Any:
     """The front of a repeated dot on torch tensors (:func:`plans.dot_front`), chosen on the
     first call and bound here for the next."""
     global _dot_served
     _dot_served = plans.dot_front()
-    return _dot_served(x, y, options)
+    return _dot_served(x, y, backend, autotune, options)
 
 
 #: help() and IDEs show dot's keywords, which it passes on

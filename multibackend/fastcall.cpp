@@ -1,6 +1,6 @@
 // The compiled front of a repeated matmul on torch tensors (see fastcall.py).
 //
-// serve(A, B, C, options) answers matmul(A, B), matmul(A, B, backend=name) and
+// serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name) and
 // matmul(A, B, autotune=mode) where the plan Python made for the call (plans.py) is torch's own
 // op, reading what the plan's key holds straight from the C++ tensors:
 // - a family plan (remember): the backend name, the dtypes, ranks and device, and size bounds
@@ -16,7 +16,7 @@
 //   plan) from a parameter buffer made once, with only the operands' pointers written per call,
 //   or a kernel library's entry point (mb_gemm) called with the pointers. It is served only while
 //   the plan's context is current on the thread and autograd has nothing to record.
-// serve_dot(x, y, options) answers dot(x, y) and dot(x, y, backend=name) (or autotune=mode) the
+// serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or autotune=mode) the
 // same way from native plans remembered under the words "dot:backend" and "dot:autotune", whose
 // D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
 // A call with C goes to the Python fallback with the same arguments (its family plans make D
@@ -160,7 +160,8 @@ struct Exact {
 std::vector<Family> families;
 std::unordered_map<uint64_t, std::vector<Exact>> exact;  // by exact_hash
 size_t exact_count = 0;
-PyObject* fallback = nullptr;     // the Python path of a call with C: fallback(A, B, C, options)
+const Exact* last_exact = nullptr;  // the exact plan found last (null after any change to them)
+PyObject* fallback = nullptr;  // a call with C: fallback(A, B, C, backend, autotune, options)
 PyObject* miss = nullptr;         // what a call not served is answered with
 PyObject* environ_data = nullptr;  // os.environ's own dict (encoded names and values)
 PyObject* environment_keys[3] = {nullptr, nullptr, nullptr};
@@ -197,6 +198,7 @@ void clear_exact() {
   }
   exact.clear();
   exact_count = 0;
+  last_exact = nullptr;
 }
 
 void clear_arrays();
@@ -274,6 +276,10 @@ uint64_t exact_hash(Py_hash_t value, int64_t device, c10::ScalarType a_type, c10
 const Exact* exact_of(PyObject* word, PyObject* value, const at::Tensor& a, const at::Tensor& b,
                       int64_t device, int* error) {
   if (exact.empty()) return nullptr;
+  const Exact* last = last_exact;  // a loop repeats one call: compared first, value by identity
+  if (last != nullptr && last->word == word && last->value == value && last->device == device &&
+      last->a.is(a) && last->b.is(b))
+    return last;
   const Py_hash_t value_hash = PyObject_Hash(value);
   if (value_hash == -1) {
     PyErr_Clear();  // an unhashable value has no plan
@@ -286,7 +292,7 @@ const Exact* exact_of(PyObject* word, PyObject* value, const at::Tensor& a, cons
     if (e.word != word || e.device != device || !e.a.is(a) || !e.b.is(b)) continue;
     const int same = same_value(value, e.value);
     if (same < 0) { *error = -1; return nullptr; }
-    if (same) return &e;
+    if (same) return last_exact = &e;
   }
   return nullptr;
 }
@@ -387,25 +393,21 @@ int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_
   return launch_steps(n, pointers, stream) ? 1 : 0;
 }
 
-// The one option of a call, if any: false where the options are not served here (more than
-// one, or another keyword).
-bool option_of(PyObject* options, PyObject** word, PyObject** value) {
-  *word = backend_word;
-  *value = auto_word;
-  if (!PyDict_CheckExact(options)) return false;
-  const Py_ssize_t given = PyDict_GET_SIZE(options);
-  if (given > 1) return false;
-  if (given == 0) return true;
-  Py_ssize_t position = 0;
-  PyObject* name;
-  PyDict_Next(options, &position, &name, value);
-  if (same_name(name, backend_word)) {
+// The one option a call is planned under, from its backend and autotune keywords and the
+// other keywords (`options`): "backend" at `backend` where autotune is None, "autotune" at
+// `autotune` where backend is "auto"; false where the call is not served here (another keyword,
+// or autotuning asked for with another backend).
+bool option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObject** word,
+               PyObject** value) {
+  if (!PyDict_CheckExact(options) || PyDict_GET_SIZE(options) != 0) return false;
+  if (autotune == Py_None) {
     *word = backend_word;
-  } else if (same_name(name, autotune_word)) {
-    *word = autotune_word;
-  } else {
-    return false;
+    *value = backend;
+    return true;
   }
+  if (backend != auto_word && !same_name(backend, auto_word)) return false;
+  *word = autotune_word;
+  *value = autotune;
   return true;
 }
 
@@ -462,23 +464,23 @@ PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* valu
 }
 
 PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "serve takes (A, B, C, options)");
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "serve takes (A, B, C, backend, autotune, options)");
     return nullptr;
   }
-  if (args[2] != Py_None) return PyObject_Vectorcall(fallback, args, 4, nullptr);
-  PyObject *word, *value;  // the one option given, if any
-  if (!option_of(args[3], &word, &value)) return missed();
+  if (args[2] != Py_None) return PyObject_Vectorcall(fallback, args, 6, nullptr);
+  PyObject *word, *value;  // the one option the call is planned under
+  if (!option_of(args[3], args[4], args[5], &word, &value)) return missed();
   return serve_tensors(args[0], args[1], word, value);
 }
 
 PyObject* serve_dot(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "serve_dot takes (x, y, options)");
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "serve_dot takes (x, y, backend, autotune, options)");
     return nullptr;
   }
   PyObject *word, *value;
-  if (!option_of(args[2], &word, &value)) return missed();
+  if (!option_of(args[2], args[3], args[4], &word, &value)) return missed();
   return serve_tensors(args[0], args[1], dot_word(word), value);
 }
 
@@ -619,6 +621,7 @@ PyObject* store_exact(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
   }
   if (!made_from(environment, generation, op, &e.made)) return nullptr;
   e.native = std::move(native);
+  last_exact = nullptr;  // the bucket it points into may move
   if (exact_count >= LIMIT) clear_exact();
   std::vector<Exact>& bucket =
       exact[exact_hash(value_hash, e.device, a.scalar_type(), a.sizes(), b.scalar_type(),
@@ -1032,25 +1035,27 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
   return D;
 }
 
-// serve_arrays(A, B, C, options): a repeated matmul of CuPy arrays (serve_array_call).
+// serve_arrays(A, B, C, backend, autotune, options): a repeated matmul of CuPy arrays
+// (serve_array_call).
 PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, options)");
+  if (nargs != 6) {
+    PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, backend, autotune, options)");
     return nullptr;
   }
   PyObject *word, *value;
-  if (args[2] != Py_None || !option_of(args[3], &word, &value)) return missed();
+  if (args[2] != Py_None || !option_of(args[3], args[4], args[5], &word, &value)) return missed();
   return serve_array_call(args[0], args[1], word, value);
 }
 
-// serve_dot_arrays(x, y, options): a repeated dot of CuPy arrays (serve_array_call).
+// serve_dot_arrays(x, y, backend, autotune, options): a repeated dot of CuPy arrays
+// (serve_array_call).
 PyObject* serve_dot_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs != 3) {
-    PyErr_SetString(PyExc_TypeError, "serve_dot_arrays takes (x, y, options)");
+  if (nargs != 5) {
+    PyErr_SetString(PyExc_TypeError, "serve_dot_arrays takes (x, y, backend, autotune, options)");
     return nullptr;
   }
   PyObject *word, *value;
-  if (!option_of(args[2], &word, &value)) return missed();
+  if (!option_of(args[2], args[3], args[4], &word, &value)) return missed();
   return serve_array_call(args[0], args[1], dot_word(word), value);
 }
 
@@ -1176,20 +1181,25 @@ PyObject* stats(PyObject*, PyObject*) {
 
 PyMethodDef methods[] = {
     {"serve", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve)), METH_FASTCALL,
-     "serve(A, B, C, options): D from a remembered plan, else MISS (with C: the fallback's "
-     "answer)"},
+     "serve(A, B, C, backend, autotune, options): D from a remembered plan, else MISS (with C: "
+     "the fallback's answer)"},
     {"remember", remember, METH_VARARGS, "remember a family plan made by torch's own op"},
     {"remember_exact", remember_exact, METH_VARARGS,
      "remember an exact plan made by torch's own op"},
     {"remember_native", remember_native, METH_VARARGS,
      "remember an exact plan made by kernels launched from here"},
     {"serve_dot", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_dot)),
-     METH_FASTCALL, "serve_dot(x, y, options): a dot's 0-d result from a native plan, else MISS"},
+     METH_FASTCALL,
+     "serve_dot(x, y, backend, autotune, options): a dot's 0-d result from a native plan, else "
+     "MISS"},
     {"serve_arrays", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_arrays)),
-     METH_FASTCALL, "serve_arrays(A, B, C, options): D from a native plan of CuPy arrays, else MISS"},
+     METH_FASTCALL,
+     "serve_arrays(A, B, C, backend, autotune, options): D from a native plan of CuPy arrays, "
+     "else MISS"},
     {"serve_dot_arrays",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(serve_dot_arrays)), METH_FASTCALL,
-     "serve_dot_arrays(x, y, options): a dot of CuPy arrays from a native plan, else MISS"},
+     "serve_dot_arrays(x, y, backend, autotune, options): a dot of CuPy arrays from a native "
+     "plan, else MISS"},
     {"remember_arrays", remember_arrays, METH_VARARGS,
      "remember a native plan for calls on CuPy arrays"},
     {"remember_array_call", remember_array_call, METH_VARARGS,

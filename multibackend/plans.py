@@ -257,14 +257,12 @@ def family_key(options: tuple, a: Any, b: Any, c: Any = None) -> tuple | None:
     return None
 
 
-def served(a: Any, b: Any, c: Any, options: dict) -> Any:
-    """The result of ``matmul(a, b, c, **options)`` on torch tensors made by its family plan
-    where the call is plain (``options`` empty or only ``backend``), else :data:`MISS`: the
-    Python front of a repeated call (:func:`front`)."""
-    if not options:
-        return plain(a, b, c, "auto")
-    if len(options) == 1 and "backend" in options:
-        return plain(a, b, c, options["backend"])
+def served(a: Any, b: Any, c: Any, backend: Any, autotune: Any, options: dict) -> Any:
+    """The result of ``matmul(a, b, c, backend=backend, autotune=autotune, **options)`` on
+    torch tensors made by its family plan where the call is plain (no autotune, no other
+    keyword), else :data:`MISS`: the Python front of a repeated call (:func:`front`)."""
+    if autotune is None and not options:
+        return plain(a, b, c, backend)
     return MISS
 
 
@@ -273,10 +271,11 @@ _COMPILED: list = [None]
 
 
 def front() -> Any:
-    """The function serving a repeated plain call on torch tensors, ``(A, B, C, options)`` to
-    D or :data:`MISS`: the compiled one, bound to this module's families, environment and
-    tables, where it loads (it serves calls without C itself and hands calls with C to
-    :func:`served`); else :func:`served`. Loads torch (and may build the compiled front)."""
+    """The function serving a repeated plain call on torch tensors, ``(A, B, C, backend,
+    autotune, options)`` to D or :data:`MISS`: the compiled one, bound to this module's
+    families, environment and tables, where it loads (it serves calls without C itself and
+    hands calls with C to :func:`served`); else :func:`served`. Loads torch (and may build
+    the compiled front)."""
     module = _COMPILED[0]
     if module is None:
         module = fastcall.load() if isinstance(_ENVIRON, dict) else None
@@ -299,8 +298,9 @@ def unserved(*_: Any) -> Any:
 
 
 def dot_front() -> Any:
-    """The function serving a repeated dot of torch tensors, ``(x, y, options)`` to its
-    result or :data:`MISS`: the compiled front's (see :func:`front`), else :func:`unserved`."""
+    """The function serving a repeated dot of torch tensors, ``(x, y, backend, autotune,
+    options)`` to its result or :data:`MISS`: the compiled front's (see :func:`front`), else
+    :func:`unserved`."""
     front()
     module = _COMPILED[0]
     return module.serve_dot if module is not None else unserved

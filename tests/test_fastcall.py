@@ -63,7 +63,7 @@ def test_a_served_call_is_torchs_op_exactly(front):
     host_family(module)
     a, b = small_ints(37, 19), small_ints(19, 23)
     before = served_count(module)
-    d = serve(a, b, None, {})
+    d = serve(a, b, None, "auto", None, {})
     assert served_count(module) == before + 1
     assert torch.equal(d, torch.mm(a, b))
     assert torch.equal(mb.matmul(a, b), torch.mm(a, b))  # the public call through the front
@@ -74,50 +74,50 @@ def test_a_batched_family_runs_torch_matmul(front):
     module, serve = front
     host_family(module, op="matmul", ranks=(3, 2))
     a, b = small_ints(3, 9, 5), small_ints(5, 4)
-    assert torch.equal(serve(a, b, None, {}), torch.matmul(a, b))
-    assert serve(small_ints(9, 5), b, None, {}) is plans.MISS  # rank 2: another family
+    assert torch.equal(serve(a, b, None, "auto", None, {}), torch.matmul(a, b))
+    assert serve(small_ints(9, 5), b, None, "auto", None, {}) is plans.MISS  # rank 2: another family
 
 
 def test_sizes_past_every_bound_are_not_served(front):
     module, serve = front
     host_family(module, bounds=(100, 100, 10, 10, 10))
-    assert serve(small_ints(9, 20), small_ints(20, 20), None, {}) is not plans.MISS  # M < 10
-    assert serve(small_ints(5, 5), small_ints(5, 30), None, {}) is not plans.MISS  # 25 < 100
-    assert serve(small_ints(20, 20), small_ints(20, 20), None, {}) is plans.MISS
+    assert serve(small_ints(9, 20), small_ints(20, 20), None, "auto", None, {}) is not plans.MISS  # M < 10
+    assert serve(small_ints(5, 5), small_ints(5, 30), None, "auto", None, {}) is not plans.MISS  # 25 < 100
+    assert serve(small_ints(20, 20), small_ints(20, 20), None, "auto", None, {}) is plans.MISS
 
 
 def test_a_fractional_bound_is_compared_as_the_python_front_compares_it(front):
     module, serve = front
     host_family(module, bounds=(0.0, 0.0, 10.5, 0, 0))
-    assert serve(small_ints(10, 3), small_ints(3, 3), None, {}) is not plans.MISS  # 10 < 10.5
-    assert serve(small_ints(11, 3), small_ints(3, 3), None, {}) is plans.MISS
+    assert serve(small_ints(10, 3), small_ints(3, 3), None, "auto", None, {}) is not plans.MISS  # 10 < 10.5
+    assert serve(small_ints(11, 3), small_ints(3, 3), None, "auto", None, {}) is plans.MISS
     host_family(module, bounds=(0, 0, 2 ** 70, 0, 0))  # past int64: no bound
-    assert serve(small_ints(11, 3), small_ints(3, 3), None, {}) is not plans.MISS
+    assert serve(small_ints(11, 3), small_ints(3, 3), None, "auto", None, {}) is not plans.MISS
 
 
 def test_the_backend_asked_for_and_other_options_decide(front):
     module, serve = front
     host_family(module, backend="cublas")
     a, b = small_ints(6, 7), small_ints(7, 8)
-    assert torch.equal(serve(a, b, None, {"backend": "cublas"}), torch.mm(a, b))
-    assert serve(a, b, None, {}) is plans.MISS  # "auto" has no family here
-    assert serve(a, b, None, {"backend": "triton"}) is plans.MISS
-    assert serve(a, b, None, {"backend": "cublas", "alpha": 2.0}) is plans.MISS
-    assert serve(a, b, None, {"alpha": 1.0}) is plans.MISS
+    assert torch.equal(serve(a, b, None, "cublas", None, {}), torch.mm(a, b))
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS  # "auto" has no family here
+    assert serve(a, b, None, "triton", None, {}) is plans.MISS
+    assert serve(a, b, None, "cublas", None, {"alpha": 2.0}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {"alpha": 1.0}) is plans.MISS
 
 
 def test_other_dtypes_ranks_and_tensor_kinds_are_not_served(front):
     module, serve = front
     host_family(module)
     a, b = small_ints(6, 7), small_ints(7, 8)
-    assert serve(a.double(), b.double(), None, {}) is plans.MISS
-    assert serve(a, b.double(), None, {}) is plans.MISS
-    assert serve(a[0], b, None, {}) is plans.MISS
+    assert serve(a.double(), b.double(), None, "auto", None, {}) is plans.MISS
+    assert serve(a, b.double(), None, "auto", None, {}) is plans.MISS
+    assert serve(a[0], b, None, "auto", None, {}) is plans.MISS
 
     class Sub(torch.Tensor):
         pass
 
-    assert serve(a.as_subclass(Sub), b, None, {}) is plans.MISS
+    assert serve(a.as_subclass(Sub), b, None, "auto", None, {}) is plans.MISS
 
 
 def test_a_torch_function_mode_is_left_to_torchs_own_dispatch(front):
@@ -132,14 +132,14 @@ def test_a_torch_function_mode_is_left_to_torchs_own_dispatch(front):
 
     a, b = small_ints(6, 7), small_ints(7, 8)
     with Recording():
-        assert serve(a, b, None, {}) is plans.MISS
-    assert serve(a, b, None, {}) is not plans.MISS
+        assert serve(a, b, None, "auto", None, {}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {}) is not plans.MISS
 
 
 def test_a_refused_product_is_a_miss_not_an_error(front):
     module, serve = front
     host_family(module)
-    assert serve(small_ints(6, 7), small_ints(8, 8), None, {}) is plans.MISS
+    assert serve(small_ints(6, 7), small_ints(8, 8), None, "auto", None, {}) is plans.MISS
     with pytest.raises(mb.InvalidArgument, match="inner dimensions"):
         mb.matmul(small_ints(6, 7), small_ints(8, 8))  # the full path words it
 
@@ -149,11 +149,11 @@ def test_a_changed_environment_or_table_generation_is_not_served(front, monkeypa
     host_family(module)
     a, b = small_ints(6, 7), small_ints(7, 8)
     monkeypatch.setenv(ENV_BACKEND, "triton")
-    assert serve(a, b, None, {}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS
     monkeypatch.delenv(ENV_BACKEND)
-    assert serve(a, b, None, {}) is not plans.MISS  # the value it was made under, again
+    assert serve(a, b, None, "auto", None, {}) is not plans.MISS  # the value it was made under, again
     plans._GENERATION[0] += 1  # what loading or clearing a table does
-    assert serve(a, b, None, {}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS
 
 
 def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
@@ -161,8 +161,8 @@ def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
     host_family(module)
     calls = []
 
-    def recording(a, b, c, options):
-        calls.append((a, b, c, options))
+    def recording(a, b, c, backend, autotune, options):
+        calls.append((a, b, c, backend, autotune, options))
         return "python front"
 
     module.bind(recording, plans.MISS, plans._ENVIRON,
@@ -170,9 +170,9 @@ def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
                 None)
     try:
         a, b, c = small_ints(6, 7), small_ints(7, 8), small_ints(6, 8)
-        assert serve(a, b, c, {"backend": "auto"}) == "python front"
-        assert calls == [(a, b, c, {"backend": "auto"})]
-        assert serve(a, b, None, {}) is not plans.MISS  # its families kept
+        assert serve(a, b, c, "auto", None, {"alpha": 2.0}) == "python front"
+        assert calls == [(a, b, c, "auto", None, {"alpha": 2.0})]
+        assert serve(a, b, None, "auto", None, {}) is not plans.MISS  # its families kept
     finally:
         plans.bind(module)
 
@@ -187,37 +187,44 @@ def test_an_exact_plan_serves_only_its_option_and_operands_exactly(front):
     a, b = small_ints(40, 24), small_ints(24, 16)
     exact_plan(a, b)
     assert module.stats()[:2] == (0, 1)
-    assert torch.equal(serve(a, b, None, {"autotune": "eager"}), torch.mm(a, b))
-    assert serve(a, b, None, {"autotune": "graph"}) is plans.MISS
-    assert serve(a, b, None, {}) is plans.MISS
-    assert serve(a, b, None, {"autotune": "eager", "backend": "auto"}) is plans.MISS
-    assert serve(a, b.T.contiguous().T, None, {"autotune": "eager"}) is plans.MISS  # strides
+    assert torch.equal(serve(a, b, None, "auto", "eager", {}), torch.mm(a, b))
+    assert serve(a, b, None, "auto", "graph", {}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS
+    assert serve(a, b, None, "cublas", "eager", {}) is plans.MISS  # autotuning is auto's
+    assert serve(a, b, None, "auto", "eager", {"alpha": 1.0}) is plans.MISS
+    assert torch.equal(serve(a, b, None, "".join("auto"), "".join("eager"), {}), torch.mm(a, b))
+    assert serve(a, b.T.contiguous().T, None, "auto", "eager", {}) is plans.MISS  # strides
     wider = small_ints(41, 24)
-    assert serve(wider[1:], b, None, {"autotune": "eager"}) is plans.MISS  # 48 bytes on
-    assert serve(a[:39], b, None, {"autotune": "eager"}) is plans.MISS  # sizes
-    assert serve(a.double(), b.double(), None, {"autotune": "eager"}) is plans.MISS
+    assert serve(wider[1:], b, None, "auto", "eager", {}) is plans.MISS  # 48 bytes on
+    assert serve(a[:39], b, None, "auto", "eager", {}) is plans.MISS  # sizes
+    assert serve(a.double(), b.double(), None, "auto", "eager", {}) is plans.MISS
     exact_plan(a, b)  # made again: replaced
     assert module.stats()[:2] == (0, 1)
+    assert torch.equal(serve(a, b, None, "auto", "eager", {}), torch.mm(a, b))  # the new one
+    exact_plan(a, b.T.contiguous().T)  # another plan in the map: the last one found may move
+    assert torch.equal(serve(a, b, None, "auto", "eager", {}), torch.mm(a, b))
+    module.forget()
+    assert serve(a, b, None, "auto", "eager", {}) is plans.MISS
 
 
 def test_an_exact_plan_serves_a_plain_call_past_its_familys_bounds(front, monkeypatch):
     module, serve = front
     host_family(module, bounds=(0, 0, 8, 0, 0))
     a, b = small_ints(20, 20), small_ints(20, 20)
-    assert serve(a, b, None, {}) is plans.MISS
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS
     exact_plan(a, b, ("backend", "auto"))
-    assert torch.equal(serve(a, b, None, {}), torch.mm(a, b))
-    assert torch.equal(serve(a, b, None, {"backend": "auto"}), torch.mm(a, b))
+    assert torch.equal(serve(a, b, None, "auto", None, {}), torch.mm(a, b))
+    assert torch.equal(serve(a, b, None, "".join("auto"), None, {}), torch.mm(a, b))  # equal
     monkeypatch.setenv(ENV_BACKEND, "triton")
-    assert serve(a, b, None, {}) is plans.MISS  # made under another environment
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS  # made under another environment
 
 
 def test_a_family_for_backend_none_serves_backend_none_only(front):
     module, serve = front
     host_family(module, backend=None)
     a, b = small_ints(6, 7), small_ints(7, 8)
-    assert torch.equal(serve(a, b, None, {"backend": None}), torch.mm(a, b))
-    assert serve(a, b, None, {}) is plans.MISS
+    assert torch.equal(serve(a, b, None, None, None, {}), torch.mm(a, b))
+    assert serve(a, b, None, "auto", None, {}) is plans.MISS
     with pytest.raises(TypeError, match="backend is 3: expected a name or None"):
         module.remember(3, torch.float32, torch.float32, 2, 2, -1, (None,) * 3, 0, "mm",
                         (INF,) * 5)
@@ -231,17 +238,17 @@ def test_too_many_exact_plans_drop_the_exact_plans_and_keep_the_families(front):
         last = torch.ones(rows, 3)
         exact_plan(last, b, ("backend", "auto"))
     assert module.stats()[:2] == (1, 1)
-    assert serve(small_ints(1, 3), b, None, {}) is not plans.MISS  # the family, kept
-    assert torch.equal(serve(last, b, None, {}), last @ b)  # the last exact plan
+    assert serve(small_ints(1, 3), b, None, "auto", None, {}) is not plans.MISS  # the family, kept
+    assert torch.equal(serve(last, b, None, "auto", None, {}), last @ b)  # the last exact plan
 
 
 def test_tensors_without_strides_are_not_served_or_remembered(front):
     module, serve = front
     host_family(module)
     sparse = small_ints(6, 7).to_sparse()
-    assert serve(sparse, small_ints(7, 8), None, {}) is plans.MISS
+    assert serve(sparse, small_ints(7, 8), None, "auto", None, {}) is plans.MISS
     exact_plan(small_ints(6, 7), small_ints(7, 8))
-    assert serve(sparse, small_ints(7, 8), None, {"autotune": "eager"}) is plans.MISS
+    assert serve(sparse, small_ints(7, 8), None, "auto", "eager", {}) is plans.MISS
     with pytest.raises(ValueError, match="no plain layout"):
         module.remember_exact("autotune", "eager", sparse, small_ints(7, 8), (None,) * 3, 0, "mm")
 
@@ -268,8 +275,8 @@ def test_served_calls_leak_no_references(front):
     a, b = small_ints(4, 4), small_ints(4, 4)
     counts = sys.getrefcount(a), sys.getrefcount(b), sys.getrefcount(plans.MISS)
     for _ in range(1000):
-        d = serve(a, b, None, {})
-        serve(a, b.double(), None, {})
+        d = serve(a, b, None, "auto", None, {})
+        serve(a, b.double(), None, "auto", None, {})
     assert (sys.getrefcount(a), sys.getrefcount(b), sys.getrefcount(plans.MISS)) == counts
     assert sys.getrefcount(d) == 2  # d, and getrefcount's argument
 

@@ -91,7 +91,7 @@ def test_a_refused_launch_leaves_the_call_to_the_python_path(module):
     entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b}, status=7)
     host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
     served = module.stats()[2]
-    assert module.serve(a, b, None, {}) is plans.MISS
+    assert module.serve(a, b, None, "auto", None, {}) is plans.MISS
     assert len(entry.calls) == 1 and module.stats()[2] == served
 
 
@@ -100,15 +100,15 @@ def test_autograd_and_other_operands_are_not_served(module, monkeypatch):
     entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
     host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
     a.requires_grad_()
-    assert module.serve(a, b, None, {}) is plans.MISS  # autograd records torch's op
-    assert module.serve(a.detach()[:, :5], b[:5], None, {}) is plans.MISS
-    assert module.serve(a, b, None, {"backend": "triton"}) is plans.MISS
+    assert module.serve(a, b, None, "auto", None, {}) is plans.MISS  # autograd records torch's op
+    assert module.serve(a.detach()[:, :5], b[:5], None, "auto", None, {}) is plans.MISS
+    assert module.serve(a, b, None, "triton", None, {}) is plans.MISS
     monkeypatch.setenv("MULTIBACKEND_BACKEND", "cutlass")
-    assert module.serve(a, b, None, {}) is plans.MISS
+    assert module.serve(a, b, None, "auto", None, {}) is plans.MISS
     monkeypatch.delenv("MULTIBACKEND_BACKEND")
     assert entry.calls == []
     with torch.no_grad():
-        assert torch.equal(module.serve(a, b, None, {}), a @ b)
+        assert torch.equal(module.serve(a, b, None, "auto", None, {}), a @ b)
 
 
 def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
@@ -118,7 +118,7 @@ def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
     host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D))
     assert sys.getrefcount(entry) == before + 1
     for _ in range(100):
-        module.serve(a, b, None, {})
+        module.serve(a, b, None, "auto", None, {})
     assert sys.getrefcount(entry) == before + 1
     module.forget()
     assert sys.getrefcount(entry) == before
@@ -280,16 +280,16 @@ def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
                            plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
                            entry)
     served = module.stats()[2]
-    d = module.serve_arrays(HostArray(a), HostArray(b), None, {"backend": "triton"})
+    d = module.serve_arrays(HostArray(a), HostArray(b), None, "triton", None, {})
     assert isinstance(d, HostArray) and d.shape == (6, 4)
     assert torch.equal(d.tensor, a @ b) and module.stats()[2] == served + 1
-    assert module.serve_arrays(HostArray(a), HostArray(b), None, {}) is plans.MISS
+    assert module.serve_arrays(HostArray(a), HostArray(b), None, "auto", None, {}) is plans.MISS
     assert module.serve_arrays(HostArray(a.t().contiguous().t()), HostArray(b), None,
-                               {"backend": "triton"}) is plans.MISS  # other strides
-    assert module.serve_arrays(a, b, None, {"backend": "triton"}) is plans.MISS  # not arrays
+                               "triton", None, {}) is plans.MISS  # other strides
+    assert module.serve_arrays(a, b, None, "triton", None, {}) is plans.MISS  # not arrays
     module.forget()
     assert module.serve_arrays(HostArray(a), HostArray(b), None,
-                               {"backend": "triton"}) is plans.MISS
+                               "triton", None, {}) is plans.MISS
     assert plans.array_key(("backend", "triton"), a.bfloat16(), b) is None
 
 
@@ -304,10 +304,10 @@ def test_a_dot_plan_serves_dot_only_and_makes_a_0d_result(module):
     d = mb.dot(x, y)
     assert module.stats()[2] == served + 1
     assert d.shape == () and d.dtype == torch.float32 and torch.equal(d, x @ y)
-    assert module.serve(x, y, None, {}) is plans.MISS  # matmul's words are not dot's
-    assert module.serve_dot(x, y, {"backend": "triton"}) is plans.MISS
-    assert module.serve_dot(x, y, {"acc_dtype": "float32"}) is plans.MISS
-    assert module.serve_dot(x, y, {"backend": "auto"}).shape == ()
+    assert module.serve(x, y, None, "auto", None, {}) is plans.MISS  # matmul's words are not dot's
+    assert module.serve_dot(x, y, "triton", None, {}) is plans.MISS
+    assert module.serve_dot(x, y, "auto", None, {"acc_dtype": "float32"}) is plans.MISS
+    assert module.serve_dot(x, y, "auto", None, {}).shape == ()
     assert len(entry.calls) == 2
 
 
@@ -329,7 +329,7 @@ def test_a_step_pinned_to_a_stream_runs_only_on_that_stream(module, pinned, serv
                             (native.A, native.B, native.D, native.D), 1.0, 0.0, pinned)
     plans.hand_over_native(("backend", "auto"), a, b,
                            native.Native(torch.float32, (3, 2), 0, (step,), keep=(entry,)))
-    d = module.serve(a, b, None, {})
+    d = module.serve(a, b, None, "auto", None, {})
     assert (d is not plans.MISS) == served
     assert len(entry.calls) == int(served)
 
@@ -344,9 +344,9 @@ def test_a_dot_plan_of_arrays_is_served_by_the_dot_entry(module):
     module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (),
                            plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
                            entry)
-    d = module.serve_dot_arrays(HostArray(x), HostArray(y), {})
+    d = module.serve_dot_arrays(HostArray(x), HostArray(y), "auto", None, {})
     assert isinstance(d, HostArray) and d.shape == () and torch.equal(d.tensor, x @ y)
-    assert module.serve_arrays(HostArray(x), HostArray(y), None, {}) is plans.MISS
+    assert module.serve_arrays(HostArray(x), HostArray(y), None, "auto", None, {}) is plans.MISS
 
 
 def test_a_launch_step_reads_the_prepared_buffer_and_fixes_what_the_plan_keeps():
@@ -388,10 +388,10 @@ def test_a_call_plan_of_arrays_hands_the_arrays_to_its_producing_call(module, mo
     module.remember_array_call(key, plans._watched_environment(), plans._GENERATION[0], produce)
     x, y = HostArray(a), HostArray(b)
     served = module.stats()[2]
-    d = module.serve_arrays(x, y, None, {"backend": "cublas"})
+    d = module.serve_arrays(x, y, None, "cublas", None, {})
     assert torch.equal(d.tensor, a @ b) and calls == [(x, y)] and module.stats()[2] == served + 1
-    assert module.serve_arrays(x, y, None, {}) is plans.MISS
+    assert module.serve_arrays(x, y, None, "auto", None, {}) is plans.MISS
     monkeypatch.setenv("MULTIBACKEND_BACKEND", "triton")
-    assert module.serve_arrays(x, y, None, {"backend": "cublas"}) is plans.MISS
+    assert module.serve_arrays(x, y, None, "cublas", None, {}) is plans.MISS
     with pytest.raises(TypeError, match="not callable"):
         module.remember_array_call(key, plans._watched_environment(), 0, None)
