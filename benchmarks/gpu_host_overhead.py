@@ -9,7 +9,8 @@ Run from the repository root on a machine with a GPU:
 For a problem this small every path is bound by the host, so calls per second measure the
 host's cost of one call (:func:`multibackend.timing.host_calls_per_second`, GPU work queued,
 the device synchronized at the end). The paths are measured in ``--rounds`` rounds, their
-order rotating, and each figure is the median over the rounds (the host's speed drifts).
+order rotating, and each figure is the median over the rounds (the host's speed drifts: many
+short rounds rather than a few long ones, so a slow stretch of the host counts once).
 Every call is the public one as a user writes it (no ``out=``); ``autotune='eager'`` is
 first-call autotuning's plan, made before the timing. The dot (n = ``--dot-n``) is measured
 the same way for both callers beside torch.dot and cupy.dot, and timed in eager mode
@@ -33,8 +34,8 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=64)
     p.add_argument("--dtype", default="float16")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=0.3, help="per path and round")
+    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--seconds", type=float, default=0.1, help="per path and round")
     p.add_argument("--dot-n", type=int, default=1 << 20)
     p.add_argument("--profile", action="store_true")
     p.add_argument("--json", help="write the figures here")

@@ -14,8 +14,10 @@ shape that no tuning table answers then runs, on the caller's own operands:
    it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
 
-The fastest wins only if it beats cuBLAS by more than cuBLAS's own measured spread (and at
-least :data:`MIN_SPREAD` of the mode); else cuBLAS keeps the shape. The entry, with every
+The fastest wins only if it beats cuBLAS by more than the larger of the two figures' measured
+spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound
+candidate whose figure moves with the host's load must lead by more than it moves; else cuBLAS
+keeps the shape. The entry, with every
 figure, is kept in memory and written to the user cache (``cache_dir("tuning")``, one file per
 GPU, driver and library versions; written atomically, a corrupt file rebuilt), so later
 processes reuse it and never time it again.
@@ -122,7 +124,7 @@ def describe(entry: dict) -> str:
         ratio = f" ({base / ms:.2f}x torch.matmul)" if base else ""
         parts.append(f"{name} {ms * 1e3:.1f} us{ratio}")
     text = (f"{entry['mode']} timing on the first call: " + ", ".join(parts)
-            + f"; a lead must exceed cuBLAS's spread {entry['spread'] * 100:.1f}%")
+            + f"; a lead must exceed the measured spread {entry['spread'] * 100:.1f}%")
     left_out = {**entry.get("skipped", {}), **entry.get("dropped", {})}
     if left_out:
         text += "; left out: " + "; ".join(f"{k}: {v}" for k, v in left_out.items())
@@ -169,13 +171,8 @@ def measure(call: Any, accepted: list[str], mode: str,
         raise InvalidArgument(f"{problem.op}: autotune found no backend that runs "
                               f"{problem.describe()} correctly: {dropped or skipped}")
     timings = time_interleaved(runs, mode=mode, reps=REPS, max_seconds=MAX_SECONDS)
-    winner = min(timings, key=lambda name: timings[name].median_ms)
+    winner, spread = choose(timings, mode)
     base = timings.get(BASELINE)
-    spread = MIN_SPREAD[mode]
-    if base is not None:
-        spread = max(spread, (base.p80_ms - base.p20_ms) / base.median_ms)
-        if timings[winner].median_ms * (1 + spread) > base.median_ms:
-            winner = BASELINE
     return {
         "backend": winner, "config": configs[winner].as_dict(), "mode": mode,
         "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch,
@@ -185,6 +182,23 @@ def measure(call: Any, accepted: list[str], mode: str,
         "skipped": skipped, "dropped": dropped,
         "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def choose(timings: dict[str, Any], mode: str) -> tuple[str, float]:
+    """The winner among ``timings`` (name to :class:`~multibackend.timing.Timing`) and the lead
+    over cuBLAS it had to exceed: the fastest, where it beats cuBLAS by more than the larger
+    of the two figures' spreads ((p80 - p20) / median) and :data:`MIN_SPREAD` of ``mode``;
+    else cuBLAS. Without a cuBLAS figure, the fastest (and the mode's floor)."""
+    winner = min(timings, key=lambda name: timings[name].median_ms)
+    base = timings.get(BASELINE)
+    spread = MIN_SPREAD[mode]
+    if base is None:
+        return winner, spread
+    for figure in (base, timings[winner]):
+        spread = max(spread, (figure.p80_ms - figure.p20_ms) / figure.median_ms)
+    if timings[winner].median_ms * (1 + spread) > base.median_ms:
+        winner = BASELINE
+    return winner, spread
 
 
 def _poisoned_out(call: Any, poison: Callable[[Any], None]) -> Any:

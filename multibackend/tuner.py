@@ -24,10 +24,12 @@ fresh child carries on with the rest: no candidate can end the run, and a droppe
 never win. Progress (candidates done, elapsed time, ETA) is a tqdm bar.
 
 The winner is cuBLAS (:data:`BASELINE`) unless the fastest candidate of the final rounds, in
-the run's mode, beats it by more than the spread measured there: the larger of the relative
-range of cuBLAS's per-round medians and its median p20-p80 width, at least
-:data:`MIN_SPREAD`. A smaller lead is within what the same kernel moves by between runs and
-with the GPU's temperature and power state, and can be a loss in the deployment.
+the run's mode, beats it by more than the spread measured there: for cuBLAS and for the
+fastest candidate alike, the larger of the relative range of its per-round medians and its
+median p20-p80 width; the larger of the two, at least :data:`MIN_SPREAD`. A smaller lead is
+within what the same call moves by between runs and with the GPU's temperature and power
+state (a host-bound candidate moves with the host's load as well), and can be a loss in the
+deployment.
 
 The result is a tuning table (:func:`multibackend.tuning.new_table`) with one entry per
 problem key::
@@ -492,14 +494,17 @@ def _baseline_key(figures: dict[str, float]) -> str | None:
 
 
 def _spread(final: dict[str, Figure], choice_ms: dict[str, float]) -> float | None:
-    """The lead over the baseline the choice among ``choice_ms`` needs: the baseline's spread
-    in the final rounds ``final``, at least MIN_SPREAD (just MIN_SPREAD where the choice is
-    made from first figures, the final rounds having crashed); None where the baseline has no
-    figure."""
+    """The lead over the baseline the choice among ``choice_ms`` needs: the larger of the
+    baseline's and the fastest candidate's spreads in the final rounds ``final``, at least
+    MIN_SPREAD (just MIN_SPREAD where the choice is made from first figures, the final rounds
+    having crashed); None where the baseline has no figure."""
     base = _baseline_key(choice_ms)
     if base is None:
         return None
-    return max(MIN_SPREAD, final[base].spread) if final else MIN_SPREAD
+    if not final:
+        return MIN_SPREAD
+    fastest = final.get(min(choice_ms, key=choice_ms.get))
+    return max(MIN_SPREAD, final[base].spread, fastest.spread if fastest else 0.0)
 
 
 def _winner(figures: dict[str, float], spread: float | None) -> str:

@@ -13,6 +13,7 @@ from multibackend.capability import Reason
 from multibackend.errors import InvalidArgument
 from multibackend.problem import synthetic
 from multibackend.suites import SUITES, VALIDATION_TOKENS
+from multibackend.timing import Timing
 
 
 class _Backend:
@@ -208,6 +209,29 @@ def test_autotune_pending_then_stored_entry_decides(tmp_path):
         assert not (tmp_path / "autotune.json").exists()  # the corrupt file was removed
     finally:
         autotune.STORE = original
+
+
+def _timing(ms: float, width: float = 0.0) -> Timing:
+    """A Timing of median ``ms`` whose p20 and p80 lie ``width`` (relative) apart."""
+    return Timing(ms, ms * (1 - width / 2), ms * (1 - width / 2), ms * (1 + width / 2), 20)
+
+
+@pytest.mark.parametrize("rival, cublas, mode, winner, spread", [
+    (_timing(0.95), _timing(1.0), "eager", "rival", 0.03),  # 5% ahead, the 3% floor
+    (_timing(0.98), _timing(1.0), "eager", "cublas", 0.03),
+    (_timing(0.98), _timing(1.0), "graph", "rival", 0.01),
+    (_timing(0.95), _timing(1.0, 0.06), "eager", "cublas", 0.06),  # within cuBLAS's spread
+    (_timing(0.95, 0.10), _timing(1.0), "eager", "cublas", 0.10),  # within its own spread
+    (_timing(0.85, 0.10), _timing(1.0, 0.02), "eager", "rival", 0.10),
+    (_timing(1.05), _timing(1.0), "eager", "cublas", 0.03)])
+def test_autotune_keeps_cublas_unless_beaten_by_more_than_either_spread(rival, cublas, mode,
+                                                                        winner, spread):
+    chosen, needed = autotune.choose({"rival": rival, "cublas": cublas}, mode)
+    assert chosen == winner and needed == pytest.approx(spread)
+
+
+def test_autotune_without_a_cublas_figure_takes_the_fastest():
+    assert autotune.choose({"a": _timing(1.0), "b": _timing(0.9, 0.5)}, "eager") == ("b", 0.03)
 
 
 def test_autotune_store_merges_what_other_processes_wrote(tmp_path):
