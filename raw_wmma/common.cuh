@@ -41,6 +41,16 @@ struct If<false, A, B> {
     using type = B;
 };
 
+// std::is_same, for the same reason.
+template <typename A, typename B>
+struct Same {
+    static constexpr bool value = false;
+};
+template <typename A>
+struct Same<A, A> {
+    static constexpr bool value = true;
+};
+
 // ---- element codes of C and D (kept in step with backends/raw_wmma.py) ---------------
 enum ElemCode : int { kF16 = 0, kBF16 = 1, kF32 = 2, kF64 = 3, kS32 = 4 };
 

@@ -42,7 +42,7 @@ from multibackend.errors import CompileError, InvalidArgument, KernelRefused
 from multibackend.problem import synthetic, synthetic_dot
 from multibackend.raw_wmma import SOURCE_DIR
 
-SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu")
+SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu")
 ARCHS = ("sm_80", "sm_90")
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
@@ -128,7 +128,7 @@ def _all_entries(builds) -> list[tuple[str, str, str]]:
 @needs_cuobjdump
 def test_every_instantiation_builds_without_spills_or_stack(builds):
     entries = _all_entries(builds)
-    assert len(entries) > 180  # ~106 entry points x 2 architectures
+    assert len(entries) > 190  # ~114 entry points x 2 architectures
     bad = []
     for source, arch, name in entries:
         r = builds[(source, arch)][0][name]
@@ -182,6 +182,62 @@ def test_sass_details(builds):
             if "_vec" in name:
                 assert "LDG.E.128" in sass, f"{name} {arch}: no 16-byte loads"
     assert "HFMA2" in builds[("dot.cu", "sm_90")][1]["rw_dot_f16_vec_hfma2"]
+
+
+#: each register-only ceiling probe and the instruction it exists for (raw_wmma/ceiling.cu)
+CEILING_INSTRUCTIONS = {
+    "rw_ceiling_f16_f32_16x16x16": r"HMMA\.16816\.F32 ",
+    "rw_ceiling_bf16_f32_16x16x16": r"HMMA\.16816\.F32\.BF16 ",
+    "rw_ceiling_tf32_f32_16x16x8": r"HMMA\.1684\.F32\.TF32 ",
+    "rw_ceiling_s8_s32_16x16x16": r"IMMA\.16816\.S8\.S8 ",
+    "rw_ceiling_f64_f64_8x8x4": r"DMMA\.(884|8x8x4) ",
+    "rw_ceiling_b1and_s32_8x8x128": r"BMMA\.88128\.AND\.POPC ",
+    "rw_ceiling_b1and_s32_16x8x128": r"BMMA\.168128\.AND\.POPC ",
+    "rw_ceiling_b1and_s32_16x8x256": r"BMMA\.168256\.AND\.POPC "}
+
+
+@pytest.mark.slow
+@needs_nvcc
+@needs_cuobjdump
+def test_ceiling_probes_run_their_instruction_from_registers(builds):
+    """Each probe issues its instruction for every one of its 8 accumulator chains inside a
+    loop, and reads memory only for its two fragments, before the loop."""
+    for arch in ARCHS:
+        sass = builds[("ceiling.cu", arch)][1]
+        assert set(sass) == set(CEILING_INSTRUCTIONS), arch
+        for name, pattern in CEILING_INSTRUCTIONS.items():
+            text = sass[name]
+            assert len(re.findall(pattern, text)) >= 8, f"{name} {arch}: fewer than 8 {pattern}"
+            lines = text.splitlines()
+            mma = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+            loads = [i for i, line in enumerate(lines) if re.search(r"\bLD(G|S|SM)?\.", line)]
+            stores = [i for i, line in enumerate(lines) if re.search(r"\bST(G|S)?\.", line)]
+            assert loads and max(loads) < min(mma), f"{name} {arch}: a read among the MMAs"
+            assert stores and min(stores) > max(mma), f"{name} {arch}: a store among the MMAs"
+            assert any("BRA" in line for line in lines[min(mma):min(stores)]), \
+                f"{name} {arch}: no loop around the MMAs"
+
+
+def test_the_ceiling_benchmark_launches_every_probe_as_its_name_says():
+    """benchmarks/gpu_raw_wmma_ceiling.py: one probe per entry point of ceiling.cu, each
+    counted with the fragment shape its name carries, and every GEMM dtype it reports has a
+    ceiling."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_raw_wmma_ceiling.py"
+    spec = importlib.util.spec_from_file_location("gpu_raw_wmma_ceiling", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    entries = set(re.findall(r"^RW_CEILING\((\w+),", (SOURCE_DIR / "ceiling.cu").read_text(),
+                             re.M))
+    assert set(bench.PROBES) == entries == set(CEILING_INSTRUCTIONS)
+    for name, (_, m, n, k, _) in bench.PROBES.items():
+        assert name.endswith(f"_{m}x{n}x{k}")
+    assert {dtype for dtype, _ in bench.GEMMS} | {"bit"} == set(bench.CEILING_OF)
+    assert all(bench.PROBES[probe][0] == dtype for dtype, probe in bench.CEILING_OF.items())
+    assert bench.CHAINS == 8 and bench.WARPS_PER_BLOCK * 32 == 256  # ceiling.cu's constants
+    text = (SOURCE_DIR / "ceiling.cu").read_text()
+    assert "kCeilingThreads = 256" in text and "kChains = 8" in text
 
 
 def _every_problem_and_config():

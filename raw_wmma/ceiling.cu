@@ -1,0 +1,140 @@
+// Register-only ceilings of the tensor-core instructions the raw WMMA kernels are built on:
+// what one instruction family can do on this GPU with no memory traffic at all, the bound every
+// GEMM figure of that family is reported against.
+//
+// Each warp loads one A and one B fragment once, then runs `iterations` rounds of kChains
+// independent multiply-accumulates into accumulators held in registers, and at the end stores
+// the sum of its accumulators (out[warp][M * N]), so no instruction is dead. One round of one
+// warp does kChains * 2 * M * N * K operations (for b1: the AND and the popcount-add of a pair of
+// bits counted as a multiply-add, as for the other types). The benchmark fills every SM with
+// blocks of kCeilingThreads threads (benchmarks/gpu_raw_wmma_ceiling.py).
+//
+// WMMA: f16 and bf16 (16x16x16, f32 accumulators), tf32 (16x16x8), s8 (16x16x16, s32), f64
+// (8x8x4) and b1 (8x8x128, AND + popcount). PTX: mma.sync.aligned.m16n8k128 and m16n8k256
+// .row.col.s32.b1.b1.s32.and.popc, whose fragments are registers: for k128, A is 2 .b32 per
+// thread (rows 0-7 in the first, 8-15 in the second), B one .b32, C and D 4 .s32; for k256, A 4
+// and B 2. Any bits serve a ceiling, so each thread reads its registers from a and b in order.
+//
+// One templated body per kind (wmma_ceiling, ptx_b1_ceiling); the extern "C" entry points below
+// name each instance and share one signature: (a, b, out, iterations).
+#include "common.cuh"
+
+namespace rw {
+using namespace nvcuda;
+namespace wx = nvcuda::wmma::experimental;
+
+constexpr int kCeilingThreads = 256;  // 8 warps
+constexpr int kChains = 8;            // independent accumulators per warp
+
+__device__ __forceinline__ long long warp_index() {
+    return (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+}
+
+// One multiply-accumulate of the WMMA kind: mma_sync, or bmma_sync with AND + popcount for b1.
+template <typename FragT, typename FA, typename FB, typename FC>
+__device__ __forceinline__ void wmma_step(FC& c, const FA& a, const FB& b) {
+    if constexpr (Same<FragT, wx::precision::b1>::value) {
+        wmma::bmma_sync(c, a, b, c, wx::bmmaBitOpAND, wx::bmmaAccumulateOpPOPC);
+    } else {
+        wmma::mma_sync(c, a, b, c);
+    }
+}
+
+// T: the element type in memory; FragT: the fragment's (tf32 and b1 differ from T); Acc: the
+// accumulator's. The fragments' leading dimension is K (elements; bits for b1).
+template <typename T, typename FragT, typename Acc, int M, int N, int K>
+__device__ __forceinline__ void wmma_ceiling(const void* a, const void* b, void* out,
+                                             int iterations) {
+    wmma::fragment<wmma::matrix_a, M, N, K, FragT, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, M, N, K, FragT, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, M, N, K, Acc> acc[kChains];
+    wmma::load_matrix_sync(fa, static_cast<const T*>(a), K);
+    wmma::load_matrix_sync(fb, static_cast<const T*>(b), K);
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) wmma::fill_fragment(acc[c], Acc(0));
+    for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+        for (int c = 0; c < kChains; ++c) wmma_step<FragT>(acc[c], fa, fb);
+    }
+#pragma unroll
+    for (int c = 1; c < kChains; ++c)
+        for (int e = 0; e < acc[0].num_elements; ++e) acc[0].x[e] += acc[c].x[e];
+    wmma::store_matrix_sync(static_cast<Acc*>(out) + warp_index() * M * N, acc[0], N,
+                            wmma::mem_row_major);
+}
+
+// One mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc: c += popc(a AND b).
+template <int KBITS>
+__device__ __forceinline__ void mma_b1_and(int (&c)[4], const unsigned (&a)[KBITS / 64],
+                                           const unsigned (&b)[KBITS / 128]) {
+    if constexpr (KBITS == 128) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
+            "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+}
+
+template <int KBITS>
+__device__ __forceinline__ void ptx_b1_ceiling(const void* a, const void* b, void* out,
+                                               int iterations) {
+    static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");
+    constexpr int kA = KBITS / 64, kB = KBITS / 128;
+    const int lane = threadIdx.x % 32;
+    unsigned ra[kA], rb[kB];
+#pragma unroll
+    for (int i = 0; i < kA; ++i) ra[i] = static_cast<const unsigned*>(a)[lane * kA + i];
+#pragma unroll
+    for (int i = 0; i < kB; ++i) rb[i] = static_cast<const unsigned*>(b)[lane * kB + i];
+    int acc[kChains][4];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[c][j] = 0;
+    for (int i = 0; i < iterations; ++i) {
+#pragma unroll
+        for (int c = 0; c < kChains; ++c) mma_b1_and<KBITS>(acc[c], ra, rb);
+    }
+    int* d = static_cast<int*>(out) + warp_index() * 16 * 8 + lane * 4;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        int sum = 0;
+#pragma unroll
+        for (int c = 0; c < kChains; ++c) sum += acc[c][j];
+        d[j] = sum;
+    }
+}
+
+}  // namespace rw
+
+// Entry point rw_ceiling_<kind>_<acc>_<m>x<n>x<k>(a, b, out, iterations): a and b hold one
+// fragment's operands (M x K row-major, K x N column-major; for the PTX kinds 32 threads' .b32
+// registers), out one M x N accumulator tile per warp of the grid.
+#define RW_CEILING(NAME, BODY)                                                                  \
+    extern "C" __global__ void __launch_bounds__(rw::kCeilingThreads)                           \
+        NAME(const void* a, const void* b, void* out, int iterations) {                         \
+        if constexpr (rw::selected(#NAME)) {                                                    \
+            BODY(a, b, out, iterations);                                                        \
+        }                                                                                       \
+    }
+
+#define RW_WMMA_CEILING(T, FRAGT, ACC, M, N, K) rw::wmma_ceiling<T, FRAGT, ACC, M, N, K>
+
+RW_CEILING(rw_ceiling_f16_f32_16x16x16, (RW_WMMA_CEILING(__half, __half, float, 16, 16, 16)))
+RW_CEILING(rw_ceiling_bf16_f32_16x16x16,
+           (RW_WMMA_CEILING(__nv_bfloat16, __nv_bfloat16, float, 16, 16, 16)))
+RW_CEILING(rw_ceiling_tf32_f32_16x16x8,
+           (RW_WMMA_CEILING(float, nvcuda::wmma::precision::tf32, float, 16, 16, 8)))
+RW_CEILING(rw_ceiling_s8_s32_16x16x16, (RW_WMMA_CEILING(signed char, signed char, int, 16, 16, 16)))
+RW_CEILING(rw_ceiling_f64_f64_8x8x4, (RW_WMMA_CEILING(double, double, double, 8, 8, 4)))
+RW_CEILING(rw_ceiling_b1and_s32_8x8x128,
+           (RW_WMMA_CEILING(unsigned, nvcuda::wmma::experimental::precision::b1, int, 8, 8, 128)))
+RW_CEILING(rw_ceiling_b1and_s32_16x8x128, rw::ptx_b1_ceiling<128>)
+RW_CEILING(rw_ceiling_b1and_s32_16x8x256, rw::ptx_b1_ceiling<256>)
