@@ -17,10 +17,9 @@ shape that no tuning table answers then runs, on the caller's own operands:
 The fastest wins only if it beats cuBLAS by more than the larger of the two figures' measured
 spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound
 candidate whose figure moves with the host's load must lead by more than it moves; else cuBLAS
-keeps the shape. The entry, with every
-figure, is kept in memory and written to the user cache (``cache_dir("tuning")``, one file per
-GPU, driver and library versions; written atomically, a corrupt file rebuilt), so later
-processes reuse it and never time it again.
+keeps the shape. The entry, with every figure, is kept in memory and written to the user cache
+(``cache_dir("tuning")``, one file per GPU, driver and library versions; written atomically, a
+corrupt file rebuilt), so later processes reuse it and never time it again.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 // The compiled front of a repeated matmul on torch tensors (see fastcall.py).
 //
-// serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name) and
-// matmul(A, B, autotune=mode) where the plan Python made for the call (plans.py) is torch's own
-// op, reading what the plan's key holds straight from the C++ tensors:
+// serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name)
+// and matmul(A, B, autotune=mode) where the plan Python made for the call (plans.py) is torch's
+// own op, reading what the plan's key holds straight from the C++ tensors:
 // - a family plan (remember): the backend name, the dtypes, ranks and device, and size bounds
 //   the decision holds below;
 // - an exact plan (remember_exact), for a call whose decision depends on its shape (first-call
@@ -16,9 +16,9 @@
 //   plan) from a parameter buffer made once, with only the operands' pointers written per call,
 //   or a kernel library's entry point (mb_gemm) called with the pointers. It is served only while
 //   the plan's context is current on the thread and autograd has nothing to record.
-// serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or autotune=mode) the
-// same way from native plans remembered under the words "dot:backend" and "dot:autotune", whose
-// D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
+// serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or
+// autotune=mode) the same way from native plans remembered under the words "dot:backend" and
+// "dot:autotune", whose D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
 // A call with C goes to the Python fallback with the same arguments (its family plans make D
 // with torch.addmm); any other call it does not serve (other options, a tensor subclass, a torch
 // function mode, no plan, a changed environment, sizes past the bounds, or the op refusing the
@@ -162,7 +162,7 @@ std::unordered_map<uint64_t, std::vector<Exact>> exact;  // by exact_hash
 size_t exact_count = 0;
 const Exact* last_exact = nullptr;  // the exact plan found last (null after any change to them)
 PyObject* fallback = nullptr;  // a call with C: fallback(A, B, C, backend, autotune, options)
-PyObject* miss = nullptr;         // what a call not served is answered with
+PyObject* miss = nullptr;      // what a call not served is answered with
 PyObject* environ_data = nullptr;  // os.environ's own dict (encoded names and values)
 PyObject* environment_keys[3] = {nullptr, nullptr, nullptr};
 PyObject* generation_cell = nullptr;  // a list whose one item is the tables' generation

@@ -75,21 +75,25 @@ def test_a_batched_family_runs_torch_matmul(front):
     host_family(module, op="matmul", ranks=(3, 2))
     a, b = small_ints(3, 9, 5), small_ints(5, 4)
     assert torch.equal(serve(a, b, None, "auto", None, {}), torch.matmul(a, b))
-    assert serve(small_ints(9, 5), b, None, "auto", None, {}) is plans.MISS  # rank 2: another family
+    # rank 2: another family
+    assert serve(small_ints(9, 5), b, None, "auto", None, {}) is plans.MISS
 
 
 def test_sizes_past_every_bound_are_not_served(front):
     module, serve = front
     host_family(module, bounds=(100, 100, 10, 10, 10))
-    assert serve(small_ints(9, 20), small_ints(20, 20), None, "auto", None, {}) is not plans.MISS  # M < 10
-    assert serve(small_ints(5, 5), small_ints(5, 30), None, "auto", None, {}) is not plans.MISS  # 25 < 100
+    # M < 10
+    assert serve(small_ints(9, 20), small_ints(20, 20), None, "auto", None, {}) is not plans.MISS
+    # 25 < 100
+    assert serve(small_ints(5, 5), small_ints(5, 30), None, "auto", None, {}) is not plans.MISS
     assert serve(small_ints(20, 20), small_ints(20, 20), None, "auto", None, {}) is plans.MISS
 
 
 def test_a_fractional_bound_is_compared_as_the_python_front_compares_it(front):
     module, serve = front
     host_family(module, bounds=(0.0, 0.0, 10.5, 0, 0))
-    assert serve(small_ints(10, 3), small_ints(3, 3), None, "auto", None, {}) is not plans.MISS  # 10 < 10.5
+    # 10 < 10.5
+    assert serve(small_ints(10, 3), small_ints(3, 3), None, "auto", None, {}) is not plans.MISS
     assert serve(small_ints(11, 3), small_ints(3, 3), None, "auto", None, {}) is plans.MISS
     host_family(module, bounds=(0, 0, 2 ** 70, 0, 0))  # past int64: no bound
     assert serve(small_ints(11, 3), small_ints(3, 3), None, "auto", None, {}) is not plans.MISS
@@ -151,7 +155,8 @@ def test_a_changed_environment_or_table_generation_is_not_served(front, monkeypa
     monkeypatch.setenv(ENV_BACKEND, "triton")
     assert serve(a, b, None, "auto", None, {}) is plans.MISS
     monkeypatch.delenv(ENV_BACKEND)
-    assert serve(a, b, None, "auto", None, {}) is not plans.MISS  # the value it was made under, again
+    # the value it was made under, again
+    assert serve(a, b, None, "auto", None, {}) is not plans.MISS
     plans._GENERATION[0] += 1  # what loading or clearing a table does
     assert serve(a, b, None, "auto", None, {}) is plans.MISS
 
