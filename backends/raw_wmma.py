@@ -514,25 +514,43 @@ class RawWmmaBackend(Backend):
     def native(self, problem: Problem, config: Config,
                operands: Operands) -> native.Native | None:
         """The fast or generic kernel's launch as :meth:`bind` prepared it, for a product
-        without C; the dot's two passes with the block partials of the caller's stream (the
-        plan runs on that stream only)."""
-        if staging.is_staged(config):
+        without C — for a staged config, after the copies of :func:`staging.native_copies`,
+        its kernel reading them where they lie (the plan runs on the caller's stream only);
+        the dot's two passes with the block partials of the caller's stream (the same)."""
+        if problem.op == "dot":
+            return self._dot_native(problem, config, operands)
+        if problem.batch != 1 or gemm_c(problem, operands) is not None:
             return None
+        copies, fixed, stream = (), {}, None
+        if staging.is_staged(config):
+            found = staging.native_copies(problem, operands,
+                                          functools.partial(self._function, problem))
+            if found is None:
+                return None
+            copies, operands, fixed = found
+            problem, config = staging.unwrap(problem, config)
+            stream = operands.stream
+            self.bind(problem, config, operands)
         prepared = self._prepared.get(self._launch_key(problem, config, operands))
         if prepared is None:
             return None
-        if problem.op == "dot":
-            first, final, partial = prepared.first, prepared.final, prepared.partial
-            stream, at = operands.stream, {"partial": partial(operands.stream)}
-            steps = (native.launch_step(first, {"x": native.A, "y": native.B}, at, stream),
-                     native.launch_step(final, {"out": native.D}, at, stream))
-            return native.Native(dtypes.torch_dtype(problem.d_dtype), (),
-                                 first.function.context, steps, keep=(prepared,))
-        if problem.batch != 1 or gemm_c(problem, operands) is not None:
-            return None
-        step = native.launch_step(prepared, {"a": native.A, "b": native.B, "d": native.D})
+        slots = {name: source for name, source in
+                 (("a", native.A), ("b", native.B), ("d", native.D)) if name not in fixed}
+        step = native.launch_step(prepared, slots, fixed, stream)
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
-                             prepared.function.context, (step,), keep=(prepared,))
+                             prepared.function.context, (*copies, step), keep=(prepared,))
+
+    def _dot_native(self, problem: Problem, config: Config,
+                    operands: Operands) -> native.Native | None:
+        prepared = self._prepared.get(self._launch_key(problem, config, operands))
+        if prepared is None:
+            return None
+        first, final, partial = prepared.first, prepared.final, prepared.partial
+        stream, at = operands.stream, {"partial": partial(operands.stream)}
+        steps = (native.launch_step(first, {"x": native.A, "y": native.B}, at, stream),
+                 native.launch_step(final, {"out": native.D}, at, stream))
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), (), first.function.context,
+                             steps, keep=(prepared,))
 
     @staticmethod
     def _launch_key(problem: Problem, config: Config, ops: Operands) -> tuple:

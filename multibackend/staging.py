@@ -16,6 +16,15 @@ repeated call is served from it without a device allocation, inside a CUDA graph
 buffer comes from the graph's own pool (as any torch op's output does), and nothing grows
 beyond what the allocator already bounds.
 
+A repeated staged call that the compiled front launches (:mod:`multibackend.native`) runs
+:func:`native_copies`' steps instead: our own copy kernel (``raw_wmma/stage.cu``) writes each
+misaligned operand into a buffer of the call's stream (:func:`arena`), and the backend's
+kernel reads the copies there, with no Python and no allocation per call. Those buffers are
+kept for the process's life (a captured graph or a plan may hold their addresses), one per
+(device, stream, operand) in use at a time, each growing to the next power of two when a
+larger copy needs it (the outgrown ones stay held: together less than the one in use), and
+the steps are pinned to that stream, so work queued on it in order never overlaps.
+
 A backend offers staged configs, named ``staged:<its config for the staged problem>``, next
 to its own for a misaligned problem (:func:`offered`); the tuner, first-call autotuning and
 the calibrated dispatch rule weigh them like any other config, since the copy costs more
@@ -23,11 +32,14 @@ than it saves on small problems.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from typing import Any, Callable
 
 from multibackend.backends.base import Config, Operands
 
+from . import driver, native
+from .driver import INT32, INT64, POINTER, Param
 from .problem import Operand, Problem, interned
 
 #: staged lines start every PAD elements (128 bytes for 16-bit types)
@@ -37,6 +49,19 @@ PREFIX = "staged:"
 OFFERED = 3
 _STAGED: dict[Problem, Problem] = {}
 _LIMIT = 4096
+
+#: the copy kernel of a repeated staged call (raw_wmma/stage.cu): its entry point by element
+#: size in bytes, its parameters as its extern "C" signature declares them, its block size
+STAGE_SOURCE = "stage.cu"
+STAGE_KERNELS = {1: "rw_stage_b8", 2: "rw_stage_b16", 4: "rw_stage_b32", 8: "rw_stage_b64"}
+STAGE_PARAMS: tuple[Param, ...] = (("src", POINTER), ("dst", POINTER), ("lines", INT32),
+                                   ("length", INT32), ("ld", INT64), ("src_line", INT64),
+                                   ("src_pos", INT64))
+STAGE_THREADS = 256
+MAX_GRID_Y = 65535
+#: (device, stream, operand) -> the buffers held for it, the one in use last
+_ARENAS: dict[tuple, list] = {}
+_ARENA_LOCK = threading.Lock()
 
 
 def is_staged(config: Config | None) -> bool:
@@ -139,3 +164,60 @@ def run(problem: Problem, ops: Operands, config: Config,
     the copies."""
     staged = staged_problem(problem)
     launch(staged, stage(problem, staged, ops), inner(config))
+
+
+def copy_plan(strides: tuple[int, int], now: Operand, itemsize: int
+              ) -> tuple[dict[str, int], tuple[int, int, int]]:
+    """The copy kernel's integer arguments and grid for a matrix of ``strides`` (elements of
+    ``itemsize`` bytes) copied into the staged layout ``now``: a line is a row of a
+    row-major copy, a column of a column-major one."""
+    if now.layout == "col":
+        lines, length, src_line, src_pos = now.cols, now.rows, strides[1], strides[0]
+    else:
+        lines, length, src_line, src_pos = now.rows, now.cols, strides[0], strides[1]
+    per_block = STAGE_THREADS * 16 // itemsize
+    values = {"lines": lines, "length": length, "ld": now.ld, "src_line": src_line,
+              "src_pos": src_pos}
+    return values, (-(-length // per_block), min(lines, MAX_GRID_Y), 1)
+
+
+def arena(like: Any, stream: int, role: str, nbytes: int) -> Any:
+    """The byte buffer (a torch tensor on ``like``'s device) holding at least ``nbytes`` that
+    the repeated staged calls on ``stream`` copy operand ``role`` ("a" or "b") into."""
+    import torch
+
+    key = (like.device, stream, role)
+    with _ARENA_LOCK:
+        held = _ARENAS.setdefault(key, [])
+        if not held or held[-1].numel() < nbytes:
+            size = 1 << max(8, (nbytes - 1).bit_length())
+            held.append(torch.empty(size, dtype=torch.uint8, device=like.device))
+        return held[-1]
+
+
+def native_copies(problem: Problem, ops: Operands, function: Callable[[str, str], Any]
+                  ) -> tuple[tuple, Operands, dict[str, int]] | None:
+    """What a repeated call of a staged config launches before its kernel, for the compiled
+    front: one copy step per misaligned A or B (:data:`STAGE_KERNELS`, loaded by
+    ``function(source, entry)``; the caller's pointer written per call, the copy into its
+    :func:`arena` on the call's stream, to which the step is pinned), the operands with the
+    copies in their place (to bind the kernel on), and each copy's address by the kernel
+    parameter it goes to ("a", "b"). None for a batch."""
+    staged = staged_problem(problem)
+    steps, copies, fixed = [], {}, {}
+    for role, source in (("a", native.A), ("b", native.B)):
+        src, now = getattr(ops, role), getattr(staged, role)
+        if now == getattr(problem, role):
+            continue
+        if src.dim() != 2:
+            return None
+        size = src.element_size()
+        values, grid = copy_plan(src.stride(), now, size)
+        buf = arena(src, ops.stream, role, values["lines"] * now.ld * size)
+        fn = function(STAGE_SOURCE, STAGE_KERNELS[size])
+        args = driver.Arguments(fn.name, STAGE_PARAMS, {"src": 0, "dst": buf.data_ptr(), **values})
+        launch = driver.Launch(fn, grid, (STAGE_THREADS, 1, 1), 0, args)
+        steps.append(native.launch_step(launch, {"src": source}, stream=ops.stream))
+        copies[role] = buf.view(src.dtype).as_strided((now.rows, now.cols), now.strides)
+        fixed[role] = buf.data_ptr()
+    return tuple(steps), replace(ops, **copies), fixed

@@ -35,14 +35,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from multibackend import driver, nvrtc, toolchain
+from multibackend import driver, native, nvrtc, staging, toolchain
 from multibackend.backends import raw_wmma as rw
 from multibackend.backends.base import Config, Operands
 from multibackend.errors import CompileError, InvalidArgument, KernelRefused
 from multibackend.problem import synthetic, synthetic_dot
 from multibackend.raw_wmma import SOURCE_DIR
 
-SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu")
+SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu",
+           "stage.cu")
 ARCHS = ("sm_80", "sm_90")
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
@@ -110,8 +111,9 @@ def builds(tmp_path_factory):
 
 
 def expected_family(name: str) -> str | None:
-    """The tensor-core instruction family an entry point must contain (None for dot)."""
-    if name.startswith("rw_dot"):
+    """The tensor-core instruction family an entry point must contain (None for the dot and
+    the staging copy)."""
+    if name.startswith(("rw_dot", "rw_stage")):
         return None
     kind = name.split("_")[2]
     return {"f16": "HMMA", "bf16": "HMMA", "tf32": "HMMA", "f64": "DMMA", "s8": "IMMA",
@@ -181,6 +183,8 @@ def test_sass_details(builds):
         for name, sass in dot.items():
             if "_vec" in name:
                 assert "LDG.E.128" in sass, f"{name} {arch}: no 16-byte loads"
+        for name, sass in builds[("stage.cu", arch)][1].items():
+            assert "STG.E.128" in sass, f"{name} {arch}: no 16-byte stores"
     assert "HFMA2" in builds[("dot.cu", "sm_90")][1]["rw_dot_f16_vec_hfma2"]
 
 
@@ -493,7 +497,8 @@ _SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
                ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
                ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
                ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
-               ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS}
+               ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS,
+               ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}
 
 
 def kernel_signature(source: str, macro: str) -> list[tuple[str, type]]:
@@ -607,6 +612,13 @@ def test_arguments_refuse_missing_unknown_and_out_of_range_values():
                          {"partial": -1, "count": 1, "out": 3, "d_code": 0})
 
 
+class _Handle(str):
+    """A fake function handle: the kernel's name, and an integer as a real handle converts to."""
+
+    def __int__(self) -> int:
+        return 0x1000 + sum(map(ord, self))
+
+
 class FakeDriver:
     """The part of ``cuda.bindings.driver`` the launch path calls, recording each launch
     with the parameter values the kernel would receive (``signatures``: each kernel's
@@ -652,7 +664,7 @@ class FakeDriver:
 
     def cuModuleGetFunction(self, module, name):
         self.loaded.append((name.decode(), self.current))
-        return (0, name.decode())
+        return (0, _Handle(name.decode()))
 
     def cuFuncSetAttribute(self, function, attribute, value):
         assert attribute == self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -678,8 +690,9 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "_contexts", {})
     def compile_cubin(source, kernel, arch, defines=()):
         fake.compiled.append((source.name, kernel, arch, tuple(defines)))
-        signatures[kernel] = (rw.GEMM_PARAMS.get(source.name) or
-                              (rw.DOT_FINAL_PARAMS if "final" in kernel else rw.DOT_PARAMS))
+        signatures[kernel] = (rw.GEMM_PARAMS.get(source.name)
+                              or (staging.STAGE_PARAMS if source.name == "stage.cu" else None)
+                              or (rw.DOT_FINAL_PARAMS if "final" in kernel else rw.DOT_PARAMS))
         return nvrtc.Compiled(SOURCE_DIR / source.name, built=True)  # any file: not parsed
     monkeypatch.setattr(nvrtc, "compile_cubin", compile_cubin)
     return fake
@@ -751,3 +764,50 @@ def test_run_with_c_and_the_dot_passes(fake_driver, monkeypatch):
                              "d_code": 2}
     assert fake_driver.launches[-4]["args"]["partial"] == 0x9001  # a buffer per stream
     assert len(backend._launches) == 2
+
+
+_CODES = {driver.POINTER: "Q", driver.INT32: "i", driver.INT64: "q", driver.FLOAT64: "d"}
+
+
+def _step_values(step, params) -> dict[str, int | float]:
+    """Each parameter's value as a kernel step's packed buffer holds it."""
+    return {name: struct.unpack_from(_CODES[ctype], step.params, offset)[0]
+            for (name, ctype), offset in zip(params, step.offsets)}
+
+
+def _slot_names(step, params) -> dict[str, int]:
+    names = [name for name, _ in params]
+    return {names[step.offsets.index(offset)]: source for offset, source in step.slots}
+
+
+def test_a_staged_config_is_described_as_its_copies_then_its_kernel_on_them(fake_driver,
+                                                                             monkeypatch):
+    monkeypatch.setattr(staging, "_ARENAS", {})
+    backend = rw.create()
+    m, n, k = 67, 40, 135  # A's rows (135 halves) off the grid, B's (40 halves) on it
+    problem = synthetic(m, n, k, "float16", cc=(9, 0))
+    config = backend.default_config(problem)
+    assert staging.is_staged(config)
+    ops = Operands(_tensor((m, k)), _tensor((k, n)), None, _tensor((m, n)), stream=0x55)
+    backend.run(problem, ops, config)
+    plan = backend.native(problem, config, ops)
+    copy, gemm = plan.steps
+    assert ("stage.cu", "rw_stage_b16") in {c[:2] for c in fake_driver.compiled}
+    assert copy.stream == gemm.stream == 0x55  # the copies' buffer is this stream's
+    arena = staging._ARENAS[(ops.a.device, 0x55, "a")][-1]
+    assert arena.numel() >= m * 192 * 2 and (ops.b.device, 0x55, "b") not in staging._ARENAS
+    assert _slot_names(copy, staging.STAGE_PARAMS) == {"src": native.A}
+    assert _step_values(copy, staging.STAGE_PARAMS) == {
+        "src": 0, "dst": arena.data_ptr(), "lines": m, "length": k, "ld": 192,
+        "src_line": k, "src_pos": 1}
+    assert copy.grid == (1, m, 1) and copy.block == (staging.STAGE_THREADS, 1, 1)
+    params = rw.GEMM_PARAMS["wmma_fast.cu"]
+    assert _slot_names(gemm, params) == {"b": native.B, "d": native.D}
+    values = _step_values(gemm, params)
+    assert (values["a"], values["lda"], values["ldb"], values["K"]) == (arena.data_ptr(), 192,
+                                                                         n, k)
+    assert plan.d_sizes == (m, n) and plan.d_dtype == torch.float16
+    batch = synthetic(m, n, k, "float16", batch=2, cc=(9, 0))
+    batched = Operands(_tensor((2, m, k)), _tensor((2, k, n)), None, _tensor((2, m, n)),
+                       stream=0x55)
+    assert backend.native(batch, config, batched) is None  # a batch stays on the Python path

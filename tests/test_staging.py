@@ -168,3 +168,50 @@ def test_staged_copies_are_aligned_and_leave_aligned_operands_alone():
     assert ops.b is call.operands.b
     assert ops.a.data_ptr() % 16 == 0 and (ops.a.stride(-2) * 2) % 16 == 0
     assert torch.equal(ops.a, call.operands.a)
+
+
+def _emulated_copy(src, now, itemsize: int):
+    """What raw_wmma/stage.cu writes for ``src`` staged as ``now``, with the arguments and
+    grid of :func:`staging.copy_plan`: the kernel's own indexing, line by line, read through
+    the source strides it is given; the result viewed as the kernel's GEMM reads it."""
+    values, grid = staging.copy_plan(src.stride(), now, itemsize)
+    lines, length, ld = values["lines"], values["length"], values["ld"]
+    vector = 16 // itemsize
+    assert grid[0] * staging.STAGE_THREADS * vector >= length  # every element has a thread
+    assert grid[1] == min(lines, staging.MAX_GRID_Y) and ld % vector == 0
+    read = torch.as_strided(src, (lines, length), (values["src_line"], values["src_pos"]))
+    flat = torch.zeros((lines * ld,), dtype=src.dtype)
+    flat.view(lines, ld)[:, :length] = read
+    return flat.as_strided((now.rows, now.cols), now.strides)
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int8, torch.float64])
+def test_the_copy_kernels_arguments_stage_every_layout(layout, offset, dtype):
+    gen = torch.Generator().manual_seed(offset)
+    a = _view(37, 29, layout, offset, pad=2, gen=gen, dtype=dtype)
+    problem = matmul_call(a, _ints((29, 16), gen, dtype), None).problem
+    now = staging.staged_problem(problem).a
+    assert now != problem.a and now.layout == layout
+    assert torch.equal(_emulated_copy(a, now, a.element_size()), a)
+
+
+def test_the_copy_kernels_arguments_stage_a_strided_view_row_major():
+    gen = torch.Generator().manual_seed(2)
+    b = _ints((40, 60), gen)[::2, ::3]  # neither row- nor column-major: staged row-major
+    problem = matmul_call(_ints((8, 20), gen), b, None).problem
+    now = staging.staged_problem(problem).b
+    assert now.layout == "row" and now.ld % staging.PAD == 0
+    assert torch.equal(_emulated_copy(b, now, 2), b)
+
+
+def test_arenas_grow_by_powers_of_two_per_stream_and_operand(monkeypatch):
+    monkeypatch.setattr(staging, "_ARENAS", {})
+    like = torch.empty(1)
+    first = staging.arena(like, 7, "a", 1000)
+    assert first.numel() == 1024 and staging.arena(like, 7, "a", 1024) is first
+    grown = staging.arena(like, 7, "a", 1025)
+    assert grown.numel() == 2048 and staging._ARENAS[(like.device, 7, "a")] == [first, grown]
+    assert staging.arena(like, 7, "b", 10).numel() == 256  # another operand, another buffer
+    assert staging.arena(like, 8, "a", 10) is not grown  # another stream too

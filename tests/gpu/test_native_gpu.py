@@ -141,6 +141,49 @@ def test_a_repeated_call_on_cupy_arrays_is_launched_by_the_front(backend):
     assert bool((third == first).all())
 
 
+# -- a staged raw WMMA call: copies into buffers of the plan's stream, then the fast kernel ---
+
+def _ints(shape, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(-4, 5, shape, generator=gen, device="cuda").half()
+
+
+def _exact(a, b):
+    return (a.double() @ b.double()).half()  # f32 sums of small integers are exact
+
+
+@pytest.mark.parametrize("shape", [(300, 257, 1001), (1999, 72, 135), (64, 1001, 64)])
+def test_a_repeated_staged_raw_wmma_call_is_launched_by_the_front(shape):
+    _available("raw_wmma")
+    module = _front()
+    m, n, k = shape  # A's rows, B's rows or both off the 16-byte grid
+    a, b = _ints((m, k), seed=m), _ints((k, n), seed=n)
+    assert mb.explain(a, b, backend="raw_wmma").config.name.startswith("staged:fast_")
+    for _ in range(2):
+        mb.matmul(a, b, backend="raw_wmma")
+    served = module.stats()[2]
+    third = mb.matmul(a, b, backend="raw_wmma")
+    assert module.stats()[2] == served + 1, "the staged call was not launched by the front"
+    assert torch.equal(third, _exact(a, b))
+    other = _ints((m, k), seed=m + 1)  # other values: the copy reads this call's A
+    by_front = mb.matmul(other, b, backend="raw_wmma")
+    assert module.stats()[2] == served + 2
+    assert torch.equal(by_front, _exact(other, b))
+    assert torch.equal(third, _exact(a, b))  # the first result was not overwritten
+    on_side = _late_on_a_side_stream(a, lambda late: mb.matmul(late, b, backend="raw_wmma"))
+    assert module.stats()[2] == served + 2  # the copies' buffers are the plan stream's
+    assert torch.equal(on_side, third)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mb.matmul(a, b, backend="raw_wmma")
+    a.copy_(other)
+    between = _ints((m, k), seed=m + 2)
+    eager = mb.matmul(between, b, backend="raw_wmma")  # its copy, queued before the replay
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, _exact(other, b)) and torch.equal(eager, _exact(between, b))
+
+
 # -- dot: two passes, the block partials a buffer of the stream the plan was made on ----------
 
 DOT_BACKENDS = ["raw_wmma", "triton"]
