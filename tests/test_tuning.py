@@ -626,6 +626,36 @@ def test_rotations_put_every_item_in_every_place_after_every_other_item():
     assert rotations([], 2) == [[], []]
 
 
+def test_paired_ratio_compares_runs_of_the_same_round():
+    import importlib.util
+    import pathlib
+    import statistics
+
+    from multibackend.timing import Timing, paired_ratio
+
+    # the host slows over the run: every run of round i takes (1 + i / 10) as long, the
+    # second call 3% longer than the first within each round
+    slow = [1 + i / 10 for i in range(9)]
+    first, second = ([ms * f for f in slow] for ms in (1.0, 1.03))
+    late = [*second[1:], second[0] * 9]  # the second call's runs shifted by one round
+    def timing(samples):
+        return Timing(statistics.median(samples), min(samples), 0, 0, len(samples),
+                      tuple(samples))
+    assert paired_ratio(timing(second), timing(first)) == pytest.approx(1.03)
+    assert paired_ratio(timing(late), timing(first)) != pytest.approx(1.03)  # pairs by round
+    with pytest.raises(ValueError, match="expected two timed together"):
+        paired_ratio(timing(first), timing(first[:3]))
+    spec = importlib.util.spec_from_file_location(
+        "gpu_validation", pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
+        / "gpu_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    timed = {"torch": timing(first), "auto": timing([f * 1.01 for f in first]),
+             "auto_autotune": timing(second)}
+    assert validation.paired_vs_fastest(timed) == pytest.approx(1 / 1.03)
+    assert validation.paired_vs_fastest({"torch": timing(first)}) is None
+
+
 def test_a_config_read_back_from_json_is_the_same_hashable_config():
     config = Config.of("128x256x64_2x1x1", tile=(128, 256, 64), cluster=(2, 1, 1), swizzle=1)
     again = Config.from_dict(json.loads(json.dumps(config.as_dict())))
