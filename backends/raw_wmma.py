@@ -439,23 +439,9 @@ class RawWmmaBackend(Backend):
 
     # -- compile and load --
 
-    @staticmethod
-    def _device_index(problem: Problem) -> int:
-        _, _, index = problem.device.partition(":")
-        return int(index or 0)
-
-    @staticmethod
-    def _arch(problem: Problem, device: int) -> str:
-        cc = problem.cc
-        if cc is None:
-            import torch
-
-            cc = torch.cuda.get_device_capability(device)
-        return f"sm_{cc[0]}{cc[1]}"
-
     def _function(self, problem: Problem, source: str, name: str,
                   smem: int = 0) -> driver.Function:
-        device = self._device_index(problem)
+        device = problem.device_index
         key = (device, name)
         fn = self._functions.get(key)
         if fn is None:
@@ -463,7 +449,7 @@ class RawWmmaBackend(Backend):
                 fn = self._functions.get(key)
                 if fn is None:
                     compiled = nvrtc.compile_cubin(source_path(source), name,
-                                                   self._arch(problem, device),
+                                                   nvrtc.arch(device, problem.cc),
                                                    [f"RW_ONLY={name}"])
                     fn = driver.load(compiled.path.read_bytes(), name, device, smem)
                     self._functions[key] = fn
@@ -523,8 +509,7 @@ class RawWmmaBackend(Backend):
             return None
         copies, fixed, stream = (), {}, None
         if staging.is_staged(config):
-            found = staging.native_copies(problem, operands,
-                                          functools.partial(self._function, problem))
+            found = staging.native_copies(problem, operands)
             if found is None:
                 return None
             copies, operands, fixed = found
@@ -590,7 +575,7 @@ class RawWmmaBackend(Backend):
         """The bound launch of the dot's two passes, and their :class:`DotLaunch`."""
         import torch
 
-        device = self._device_index(problem)
+        device = problem.device_index
         sms = torch.cuda.get_device_properties(device).multi_processor_count
         vec, blocks = dot_plan(problem, ops, config, sms)
         wide = _wide_dot(problem)

@@ -44,10 +44,15 @@ POINTER_TILES = {
         (64, 128, 32, 4, 4, 8), (64, 64, 32, 4, 3, 8)),
     8: ((64, 64, 16, 4, 3, 8), (64, 128, 16, 4, 3, 8), (32, 64, 16, 4, 3, 8)),
 }
-#: persistent TMA candidates for 16-bit operands: (BM, BN, BK, warps, stages, GROUP_M, ws)
-TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (128, 256, 64, 8, 3, 8, True),
-             (128, 128, 64, 8, 4, 8, True), (128, 128, 64, 8, 4, 8, False),
-             (128, 256, 64, 8, 3, 16, False))
+#: persistent TMA candidates for 16-bit operands: (BM, BN, BK, warps, stages, GROUP_M, ws).
+#: Three tile shapes first: which of them leaves the fullest last wave depends on the problem
+#: (3000x4097: 408 tiles of 128x256 are 3.09 waves on 132 SMs, 396 of 256x128 exactly 3, and
+#: the second ran 14% faster on an H100), so first-call autotuning times all three.
+TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (256, 128, 64, 8, 3, 8, False),
+             (128, 128, 64, 8, 4, 8, True), (128, 256, 64, 8, 3, 8, True),
+             (128, 128, 64, 8, 4, 8, False), (128, 256, 64, 8, 3, 16, False))
+#: TMA candidates that first-call autotuning times (the first ones offered)
+TMA_SHORTLIST = 3
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
 AUTOTUNE_ROUNDS = 3
 AUTOTUNE_TIE = 0.03
@@ -214,6 +219,13 @@ class _SplitPlan(NamedTuple):
     reduce_constexprs: dict
 
 
+def d_by_tma(d_aligned: bool, has_c: bool) -> bool:
+    """Whether the persistent TMA kernel stores D through a descriptor: where D's rows are on
+    the 16-byte grid and there is no C (C's tile converted for the epilogue and D's TMA tile
+    together do not fit beside a 128x256 tile's three stages: 240 KB of shared memory)."""
+    return d_aligned and not has_c
+
+
 def _tile_constexprs(problem: Problem, config: Config) -> dict[str, Any]:
     """The constexprs and launch options the pointer and split-K kernels share."""
     import triton.language as tl
@@ -289,6 +301,7 @@ class TritonBackend(Backend):
         self._best: dict[Problem, Config] = {}
         self._last_best: tuple = (None, None)  # (problem, its best config), by identity
         self._matmul_launcher: Launcher | None = None
+        self._tma_kept: Launcher | None = None
         self._dot_pair: tuple[Launcher, Launcher] | None = None
         self._splitk_pair: tuple[Launcher, Launcher] | None = None
         self._sms: dict[int, int] = {}
@@ -379,10 +392,11 @@ class TritonBackend(Backend):
         self._launcher()(key, grid, ops.stream, args, constexprs)
 
     def _launch_tma(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """The persistent TMA kernel through a kept launcher (Triton's binding of its
+        arguments, each call, cost more host time than the kernel's launch): the descriptors
+        are built per call, everything Triton specializes on is in the key."""
         import triton.language as tl
         from triton.tools.tensor_descriptor import TensorDescriptor
-
-        from . import triton_kernels as kernels
 
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
@@ -390,19 +404,34 @@ class TritonBackend(Backend):
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
                   else TensorDescriptor.from_tensor(b, [bk, bn]))
-        d_tma = _tma_ready(d)
+        has_c, scale = ops.c is not None, ops.alpha != 1
+        d_tma = d_by_tma(_tma_ready(d), has_c)
         d_desc = TensorDescriptor.from_tensor(d, [bm, bn]) if d_tma else None
-        c = _matrix(ops.c) if ops.c is not None else d
-        sms = self._sm_count(a)
-        programs = min(sms, triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
-        kernels.matmul_tma_persistent_kernel[(programs,)](
-            a_desc, b_desc, d_desc, c, d, problem.m, problem.n, problem.k,
-            c.stride(0), c.stride(1), d.stride(0), d.stride(1), ops.alpha, ops.beta,
-            BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
-            NUM_PROGRAMS=programs, ACC=tl.float32 if problem.acc == "float32" else tl.float16,
-            B_KMAJOR=b_kmajor, HAS_C=ops.c is not None, SCALE=ops.alpha != 1,
-            D_TMA=d_tma, WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
-            num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+        c = _matrix(ops.c) if has_c else d
+        programs = min(self._sm_count(a), triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
+        ints = (problem.m, problem.n, problem.k, c.stride(0), c.stride(1), d.stride(0),
+                d.stride(1))
+        key = (problem, config.name, has_c, scale, d_tma, programs, ints,
+               aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
+
+        def constexprs() -> dict[str, Any]:
+            return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
+                        NUM_PROGRAMS=programs,
+                        ACC=tl.float32 if problem.acc == "float32" else tl.float16,
+                        B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, D_TMA=d_tma,
+                        WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
+                        num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+
+        self._tma_launcher()(key, (programs, 1, 1), ops.stream,
+                             (a_desc, b_desc, d_desc, c, d, *ints, ops.alpha, ops.beta),
+                             constexprs)
+
+    def _tma_launcher(self) -> Launcher:
+        if self._tma_kept is None:
+            from . import triton_kernels as kernels
+
+            self._tma_kept = Launcher(kernels.matmul_tma_persistent_kernel)
+        return self._tma_kept
 
     # -- split-K ----------------------------------------------------------------------------
     def _splitk_statics(self, problem: Problem, config: Config) -> _SplitPlan:
@@ -505,8 +534,8 @@ class TritonBackend(Backend):
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
-        """The first two TMA candidates (three staged ones for a misaligned product) where
-        there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
+        """The first TMA_SHORTLIST TMA candidates (staged ones for a misaligned product)
+        where there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
         split-K candidates on the caller's operands (skinny and few-tile products), the
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
@@ -518,11 +547,8 @@ class TritonBackend(Backend):
         def count(c: Config) -> int:
             return _tile_count(problem, c.get("BLOCK_M"), c.get("BLOCK_N"))
 
-        # a persistent kernel pays off only with more tiles than multiprocessors; a
-        # misaligned product also tries the narrower staged tile (its last wave is
-        # shorter where the copies already cost time)
-        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms]
-        tma = tma[:staging.OFFERED if problem.misaligned else 2]
+        # a persistent kernel pays off only with more tiles than multiprocessors
+        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms][:TMA_SHORTLIST]
 
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling

@@ -79,6 +79,16 @@ def _headers(source: Path) -> list[bytes]:
     return [p.name.encode() + b"\0" + p.read_bytes() for p in sorted(source.parent.glob("*.cuh"))]
 
 
+def arch(device: int, cc: tuple[int, int] | None = None) -> str:
+    """The architecture to compile for ("sm_90"): compute capability ``cc`` where the caller
+    knows it, else ``device``'s."""
+    if cc is None:
+        import torch
+
+        cc = torch.cuda.get_device_capability(device)
+    return f"sm_{cc[0]}{cc[1]}"
+
+
 def compile_cubin(source: Path, kernel: str, arch: str, defines: Sequence[str] = ()) -> Compiled:
     """The cubin of ``source`` built for ``arch`` (e.g. "sm_90") with ``-D`` ``defines``.
 

@@ -94,6 +94,12 @@ class Problem:
         return self.op == "matmul" and not (self.a.rows_aligned and self.b.rows_aligned)
 
     @property
+    def device_index(self) -> int:
+        """The ordinal of :attr:`device` ("cuda:1" -> 1; "cuda" -> 0)."""
+        _, _, index = self.device.partition(":")
+        return int(index or 0)
+
+    @property
     def flops(self) -> int:
         """Arithmetic operations counted the usual way (2 per multiply-add)."""
         return 2 * self.m * self.n * self.k * self.batch

@@ -780,6 +780,35 @@ def _slot_names(step, params) -> dict[str, int]:
     return {names[step.offsets.index(offset)]: source for offset, source in step.slots}
 
 
+def _on_cuda(pointer: int, strides: tuple[int, int] = (1, 1)):
+    """The part of a CUDA tensor a staging copy reads: device, element size, strides and
+    address."""
+    return types.SimpleNamespace(device=types.SimpleNamespace(type="cuda", index=0),
+                                 element_size=lambda: 2, stride=lambda: strides,
+                                 data_ptr=lambda: pointer)
+
+
+def test_a_staged_matrix_is_copied_by_a_launch_prepared_once(fake_driver, monkeypatch):
+    monkeypatch.setattr(staging, "_LAUNCHES", {})
+    monkeypatch.setattr(staging, "_FUNCTIONS", {})
+    monkeypatch.setattr(staging, "torch_copies_why", lambda: None)
+    monkeypatch.setattr(nvrtc, "arch", lambda device, cc=None: "sm_90")
+    m, k = 67, 135
+    now = staging.staged_problem(synthetic(m, 40, k, "float16")).a
+    for src, dst, stream in ((0x1000, 0x8000, 0x55), (0x3002, 0x9000, 0x66)):
+        assert staging._kernel_copy(_on_cuda(src, (k, 1)), _on_cuda(dst), now, stream)
+        launch = fake_driver.launches[-1]
+        assert (launch["kernel"], launch["stream"], launch["grid"]) == ("rw_stage_b16", stream,
+                                                                        (1, m, 1))
+        assert launch["args"] == {"src": src, "dst": dst, "lines": m, "length": k,
+                                  "ld": now.ld, "src_line": k, "src_pos": 1}
+    assert [c[1] for c in fake_driver.compiled] == ["rw_stage_b16"]  # compiled once
+    assert len(staging._LAUNCHES) == 1  # prepared once, its two pointers written per call
+    monkeypatch.setattr(staging, "torch_copies_why", lambda: "ImportError: no bindings")
+    assert not staging._kernel_copy(_on_cuda(0x1000, (k, 1)), _on_cuda(0x8000), now, 0x55)
+    assert len(fake_driver.launches) == 2
+
+
 def test_a_staged_config_is_described_as_its_copies_then_its_kernel_on_them(fake_driver,
                                                                              monkeypatch):
     monkeypatch.setattr(staging, "_ARENAS", {})

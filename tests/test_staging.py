@@ -102,16 +102,25 @@ def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
     assert fast_eligible(odd) is not None and fast_eligible(staged) is None
 
 
-def test_triton_autotune_shortlists_every_offered_staged_tile(monkeypatch):
+def test_triton_autotune_shortlists_every_offered_staged_tile_and_three_tile_shapes(
+        monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
+    from multibackend.backends.triton import TMA_SHORTLIST, _tile_count, _wave_use
+
     backend = REGISTRY.get("triton")
     odd, even = synthetic(3000, 4097, 4095), synthetic(3008, 4160, 4096)
     offered = [c.name for c in backend.configs(odd) if staging.is_staged(c)]
-    picked = [c.name for c in backend._shortlist(odd, 132)]
-    assert offered == picked[:staging.OFFERED]
-    assert any("128x128" in name for name in offered), offered
-    aligned_tma = [c for c in backend._shortlist(even, 132) if c.get("kind") == "tma"]
-    assert len(aligned_tma) == 2
+    picked = backend._shortlist(odd, 132)
+    assert offered == [c.name for c in picked[:staging.OFFERED]]
+    for problem, tma in ((odd, picked[:TMA_SHORTLIST]),
+                         (even, [c for c in backend._shortlist(even, 132)
+                                 if c.get("kind") == "tma"])):
+        shapes = {(c.get("BLOCK_M"), c.get("BLOCK_N")) for c in tma}
+        assert shapes == {(128, 256), (256, 128), (128, 128)}, [c.name for c in tma]
+        # 3000 (3008) rows by 4097 (4160) columns: 408 tiles of 128x256 leave the fourth wave
+        # of 132 programs at 9%; 396 of 256x128 are exactly three waves
+        uses = {shape: _wave_use(_tile_count(problem, *shape), 132) for shape in shapes}
+        assert uses[(256, 128)] == 1.0 and uses[(128, 256)] < 0.8
 
 
 @interpreter_only

@@ -148,6 +148,15 @@ def test_tma_persistent_gemm_uses_wgmma_and_tma(dtype):
     assert info["shared"] <= 232448, info
 
 
+def test_every_tma_tile_fits_in_shared_memory_with_and_without_c():
+    """Each TMA tile compiled as its launches specialize it (C and D on the 16-byte grid,
+    the epilogue d_by_tma picks) fits the H100's 227 KB; a 128x256 tile storing D by TMA
+    beside C's converted tile needed 240 KB."""
+    shared = _aot("tma_tiles", "float16")["shared_by_tile"]
+    assert len(shared) >= 3 and all(len(v) == 2 for v in shared.values()), shared
+    assert all(0 < b <= 232448 for v in shared.values() for b in v), shared
+
+
 def test_tma_gemm_stores_a_misaligned_d_through_pointers():
     """A D whose rows are off the 16-byte grid (a staged misaligned product): TMA still
     loads A and B, D goes out through masked stores."""

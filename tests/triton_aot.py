@@ -2,7 +2,7 @@
 holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
-    python tests/triton_aot.py {pointer|tma|tma_pointer_d|dot} {float16|bfloat16}
+    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_tiles|dot} {float16|bfloat16}
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from multibackend.backends import triton_kernels as kernels
+from multibackend.backends.triton import TMA_TILES, d_by_tma
 
 TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -41,25 +42,40 @@ def compile_pointer(dtype: str):
                           options={"num_warps": 8, "num_stages": 3})
 
 
-def compile_tma(dtype: str, d_tma: bool = True):
-    """The persistent TMA kernel; ``d_tma`` False: D stored through pointers (a D whose rows
-    are off the 16-byte grid)."""
+def compile_tma(dtype: str, d_tma: bool = True, tile: tuple = TMA_TILES[0],
+                has_c: bool = False):
+    """The persistent TMA kernel for ``tile`` (an entry of TMA_TILES) as a launch on
+    16-byte-aligned C and D specializes it; ``d_tma`` False: D stored through pointers (a D
+    whose rows are off the 16-byte grid, or a product with C)."""
     e = TYPES[dtype]
-    args = [("a_desc", f"tensordesc<{e}[128, 64]>"), ("b_desc", f"tensordesc<{e}[64, 256]>"),
+    bm, bn, bk, warps, stages, group, ws = tile
+    args = [("a_desc", f"tensordesc<{e}[{bm}, {bk}]>"), ("b_desc", f"tensordesc<{e}[{bk}, {bn}]>"),
             ("c_ptr", f"*{e}"), ("d_ptr", f"*{e}"), ("M", "i32"), ("N", "i32"), ("K", "i32"),
-            ("stride_cm", "i32"), ("stride_cn", "i32"), ("stride_dm", "i32"),
-            ("stride_dn", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
-    consts = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, NUM_PROGRAMS=132,
-                  ACC=tl.float32, B_KMAJOR=False, HAS_C=False, SCALE=False, D_TMA=d_tma,
-                  WARP_SPECIALIZE=False)
+            ("stride_cm", "i32"), ("stride_dm", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
+    consts = dict(stride_cn=1, stride_dn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
+                  NUM_PROGRAMS=132, ACC=tl.float32, B_KMAJOR=False, HAS_C=has_c, SCALE=has_c,
+                  D_TMA=d_tma, WARP_SPECIALIZE=ws)
     if d_tma:
-        args.insert(2, ("d_desc", f"tensordesc<{e}[128, 256]>"))
+        args.insert(2, ("d_desc", f"tensordesc<{e}[{bm}, {bn}]>"))
     else:
         consts["d_desc"] = None
-    src = triton.compiler.ASTSource(fn=kernels.matmul_tma_persistent_kernel,
-                                    signature=_signature(args, consts), constexprs=consts)
+    fn = kernels.matmul_tma_persistent_kernel
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
+               for name in ("c_ptr", "d_ptr", "stride_cm", "stride_dm")}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 8, "num_stages": 3})
+                          options={"num_warps": warps, "num_stages": stages})
+
+
+def tma_tiles_shared(dtype: str) -> dict:
+    """Each TMA tile's shared memory in bytes, without C and with it, D aligned: the epilogue
+    :func:`~multibackend.backends.triton.d_by_tma` picks for each."""
+    return {"shared_by_tile": {
+        "x".join(map(str, tile)): [compile_tma(dtype, d_by_tma(True, has_c), tile,
+                                               has_c).metadata.shared
+                                   for has_c in (False, True)]
+        for tile in TMA_TILES}}
 
 
 def compile_dot(dtype: str):
@@ -75,6 +91,9 @@ def compile_dot(dtype: str):
 
 def main() -> None:
     kind, dtype = sys.argv[1], sys.argv[2]
+    if kind == "tma_tiles":
+        print(json.dumps(tma_tiles_shared(dtype)))
+        return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False)}[kind](dtype)
     ptx = compiled.asm["ptx"]
