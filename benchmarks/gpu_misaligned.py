@@ -18,9 +18,11 @@ aligned neighbour (every side rounded up to a multiple of 64, contiguous) — fo
 of aligned speed. Every figure of a staged member includes its copies.
 
 Writes ``misaligned_<mode>.json``: rows ``{dtype, m, n, k, batch, lda, ldb, mode, backend,
-ms, torch_ms}`` (``backend`` "torch" for torch.matmul itself, "aligned" for the neighbour,
-whose m, n, k are the problem's), and prints per member the geometric mean of torch_ms / ms
-and each problem's TFLOP/s as a fraction of its aligned neighbour's.
+ms, torch_ms, paired, tflops}`` (``backend`` "torch" for torch.matmul itself, "aligned" for
+the neighbour, whose m, n, k are the problem's; ``paired`` the median over rounds of
+torch's run over the member's in the same round), and prints per member the geometric mean
+of torch_ms / ms and of ``paired``, and each problem's TFLOP/s as a fraction of its aligned
+neighbour's.
 """
 from __future__ import annotations
 
@@ -121,7 +123,7 @@ def main() -> int:
 
     from multibackend import dtypes as mb_dtypes
     from multibackend.request import matmul_call
-    from multibackend.timing import check_mode, time_interleaved
+    from multibackend.timing import check_mode, paired_ratio, time_interleaved
 
     import multibackend as mb
 
@@ -167,7 +169,7 @@ def main() -> int:
                         "dtype": dtype, "m": problem.m, "n": problem.n, "k": problem.k,
                         "batch": 1, "lda": a.stride(0), "ldb": b.stride(0), "mode": mode,
                         "backend": name, "ms": t.median_ms, "torch_ms": base,
-                        "tflops": rate[name]})
+                        "paired": paired_ratio(timed[BASE], t), "tflops": rate[name]})
                 text = "  ".join(f"{n} {base / t.median_ms:.2f}x "
                                  f"({rate[n] / rate[NEIGHBOUR]:.0%})"
                                  for n, t in timed.items() if n not in (BASE, NEIGHBOUR))
@@ -178,8 +180,9 @@ def main() -> int:
             torch.cuda.empty_cache()
     for mode in modes:
         (out_dir / f"misaligned_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
-        for line in member_lines(rows[mode], mode, leave_out=(BASE, NEIGHBOUR)):
-            print(line, flush=True)
+        for paired in (False, True):
+            for line in member_lines(rows[mode], mode, (BASE, NEIGHBOUR), paired):
+                print(line, flush=True)
     for note in notes:
         print("  note:", note, flush=True)
     return 0

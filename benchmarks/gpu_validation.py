@@ -111,14 +111,19 @@ def checked(calls: dict, a, b, problem, notes: list) -> dict:
     return kept
 
 
-def member_lines(rows: list[dict], mode: str, leave_out: tuple = ()) -> list[str]:
+def member_lines(rows: list[dict], mode: str, leave_out: tuple = (),
+                 paired: bool = False) -> list[str]:
     """Per member (``backend`` of the rows, but those in ``leave_out``): the geometric mean
-    of torch_ms / ms, the worst ratio and how many fall below 0.95x."""
+    of torch_ms / ms, the worst ratio and how many fall below 0.95x; with ``paired``, of
+    the rows' ``paired`` figure instead (the median over rounds of torch's run over the
+    member's in the same round: see :func:`multibackend.timing.paired_ratio`)."""
     by_member: dict[str, list[float]] = {}
     for r in rows:
         if r["backend"] not in leave_out:
-            by_member.setdefault(r["backend"], []).append(r["torch_ms"] / r["ms"])
-    lines = [f"{mode}: x torch.matmul (torch_ms / ms), same run, runs alternated"]
+            ratio = r["paired"] if paired else r["torch_ms"] / r["ms"]
+            by_member.setdefault(r["backend"], []).append(ratio)
+    how = "paired by round" if paired else "(torch_ms / ms)"
+    lines = [f"{mode}: x torch.matmul {how}, same run, runs alternated"]
     for name, ratios in by_member.items():
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
         below = sum(r < 0.95 for r in ratios)
