@@ -18,7 +18,8 @@ calls captured in a CUDA graph.
 
 Writes ``validation_<mode>.json`` (a list of rows ``{dtype, m, n, k, batch, mode, backend, ms,
 torch_ms}``, one per problem, mode and member, ``backend`` "torch" for torch.matmul itself;
-``chosen``, for ``auto`` and ``auto_autotune``, the backend the call ran)
+``chosen`` and ``why``, for ``auto`` and ``auto_autotune``, the backend the call ran and the
+rule and figures that chose it: for first-call autotune, each candidate's first-call timing)
 and prints per member the geometric mean of torch_ms / ms, the worst problem and how many
 fall below 0.95x; for ``auto_autotune``, the worst ratio to the fastest member of its problem,
 twice: from the members' medians, and paired (row field ``paired_vs_fastest``): per member
@@ -84,11 +85,13 @@ def _members(names: list[str], a, b, mode: str) -> dict:
 
 
 def _chosen(a, b, mode: str) -> dict:
-    """The backend ``auto`` and ``auto_autotune`` run for these operands (explain())."""
+    """Row fields for ``auto`` and ``auto_autotune`` on these operands (explain()): the
+    backend the call runs, and the rule and figures that chose it."""
     import multibackend as mb
 
-    return {"auto": mb.explain(a, b).backend,
-            "auto_autotune": mb.explain(a, b, autotune=mode).backend}
+    decisions = {"auto": mb.explain(a, b), "auto_autotune": mb.explain(a, b, autotune=mode)}
+    return {name: {"chosen": d.backend, "why": f"{d.rule}: {d.detail}"}
+            for name, d in decisions.items()}
 
 
 def checked(calls: dict, a, b, problem, notes: list) -> dict:
@@ -198,7 +201,7 @@ def main() -> int:
                     rows.append({"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k,
                                  "batch": shape.batch, "mode": mode, "backend": name,
                                  "ms": t.median_ms, "torch_ms": base,
-                                 **({"chosen": chosen[name]} if name in chosen else {}),
+                                 **chosen.get(name, {}),
                                  **({"paired_vs_fastest": paired}
                                     if name == "auto_autotune" and paired is not None else {})})
                 ratios = "  ".join(f"{n} {base / t.median_ms:.3f}" for n, t in timed.items()
