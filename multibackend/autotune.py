@@ -14,10 +14,10 @@ shape that no tuning table answers then runs, on the caller's own operands:
    it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
 
-The fastest wins only if its lead over cuBLAS, paired by round (cuBLAS's run over its run in
-the same round, the rounds milliseconds apart), exceeds :data:`MIN_SPREAD` of the mode in four
-rounds of five: a lead that holds only in some rounds, or by less than a host-bound call moves,
-is noise; else cuBLAS keeps the shape. The entry, with every figure, is kept in memory and written to the user cache
+The fastest wins only if it beats cuBLAS by more than the larger of the two figures' measured
+spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound
+candidate whose figure moves with the host's load must lead by more than it moves; else cuBLAS
+keeps the shape. The entry, with every figure, is kept in memory and written to the user cache
 (``cache_dir("tuning")``, one file per GPU, driver and library versions; written atomically, a
 corrupt file rebuilt), so later processes reuse it and never time it again.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import threading
 from datetime import datetime, timezone
 from pathlib import Path
@@ -185,31 +184,20 @@ def measure(call: Any, accepted: list[str], mode: str,
 
 
 def choose(timings: dict[str, Any], mode: str) -> tuple[str, float]:
-    """The winner among ``timings`` (name to :class:`~multibackend.timing.Timing`, timed
-    together by :func:`~multibackend.timing.time_interleaved`) and the lead over cuBLAS it had
-    to exceed. The fastest by median wins where its lead over cuBLAS paired by round (each
-    round's cuBLAS run over its run in that round) exceeds :data:`MIN_SPREAD` of ``mode`` in
-    four rounds of five (the 20th percentile of those leads does); else cuBLAS. Runs of one
-    round are milliseconds apart, so a host whose speed moves over seconds moves both alike:
-    their ratio is steady where each figure alone is not (an eager host-bound figure may
-    spread by 20%). The lead it had to exceed is reported as the median lead less that
-    percentile, plus the floor. Without a cuBLAS figure, the fastest (and the mode's
-    floor)."""
-    from .timing import quantile
-
+    """The winner among ``timings`` (name to :class:`~multibackend.timing.Timing`) and the lead
+    over cuBLAS it had to exceed: the fastest, where it beats cuBLAS by more than the larger
+    of the two figures' spreads ((p80 - p20) / median) and :data:`MIN_SPREAD` of ``mode``;
+    else cuBLAS. Without a cuBLAS figure, the fastest (and the mode's floor)."""
     winner = min(timings, key=lambda name: timings[name].median_ms)
     base = timings.get(BASELINE)
-    floor = MIN_SPREAD[mode]
-    if base is None or winner == BASELINE:
-        return winner, floor
-    mine = timings[winner]
-    if not base.samples_ms or len(base.samples_ms) != len(mine.samples_ms):
-        raise ValueError(f"autotune: {BASELINE} and {winner} have {len(base.samples_ms)} and "
-                         f"{len(mine.samples_ms)} runs: expected runs timed together")
-    leads = [b / m for b, m in zip(base.samples_ms, mine.samples_ms)]
-    low = quantile(leads, 0.2)
-    spread = floor + statistics.median(leads) - low
-    return (winner if low > 1 + floor else BASELINE), spread
+    spread = MIN_SPREAD[mode]
+    if base is None:
+        return winner, spread
+    for figure in (base, timings[winner]):
+        spread = max(spread, (figure.p80_ms - figure.p20_ms) / figure.median_ms)
+    if timings[winner].median_ms * (1 + spread) > base.median_ms:
+        winner = BASELINE
+    return winner, spread
 
 
 def _poisoned_out(call: Any, poison: Callable[[Any], None]) -> Any:

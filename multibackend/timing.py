@@ -89,7 +89,7 @@ def _host_seconds(fn, stream) -> float:
     return best
 
 
-def quantile(values: list[float], q: float) -> float:
+def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
@@ -184,8 +184,8 @@ def time_interleaved(fns: dict[Hashable, Callable[[], object]], *, warmup: int =
     timings = {}
     for name, triples in events.items():
         times = [s.elapsed_time(e) / n for s, e, n in triples]
-        timings[name] = Timing(statistics.median(times), min(times), quantile(times, 0.2),
-                               quantile(times, 0.8), len(times), tuple(times))
+        timings[name] = Timing(statistics.median(times), min(times), _quantile(times, 0.2),
+                               _quantile(times, 0.8), len(times), tuple(times))
     return timings
 
 
