@@ -13,14 +13,17 @@ the host queues; no L2 flush, the probes read 2 fragments), median of ``--reps``
 
 GEMMs (random non-zero operands, checked against float64 before they are timed, torch's call
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and
-bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm, tf32 at
+bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm (B given
+row-major, as our kernel takes it, and column-major, as cuBLASLt's int8 kernels want it; the
+faster is the yardstick), tf32 at
 8192^3 against torch.matmul with TF32 allowed, f64 at 4096^3 against torch.matmul, and the b1
 AND GEMM at 8192 x 8192 x 65536 bits (``binary_matmul(op="and")``, no torch equivalent).
 
 Writes a JSON list of rows ``{dtype, m, n, k, backend, config, ms, torch_ms, tops,
 ceiling_fraction}``: ``backend`` "ceiling" for a probe (m, n, k its fragment shape, config its
 entry point, ceiling_fraction 1), "raw_wmma" for our kernel (config the one the backend
-chose), "torch" for the yardstick; dtype as torch spells it ("bit" for b1).
+chose), "torch" for the yardstick (config the call: torch_ms is the faster one's); dtype as
+torch spells it ("bit" for b1).
 """
 from __future__ import annotations
 
@@ -121,8 +124,8 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
 
 
 def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
-    """Our kernel and torch's call on one square problem, alternated; our kernel checked
-    first."""
+    """Our kernel's row, then torch's calls', on one square problem, alternated; our kernel
+    checked first."""
     import torch
 
     import multibackend as mb
@@ -132,7 +135,12 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
 
     a, b = _filled(dtype, size * size, "cuda"), _filled(dtype, size * size, "cuda")
     a, b = a.view(size, size), b.view(size, size)
-    theirs = (lambda: torch._int_mm(a, b)) if dtype == "int8" else (lambda: torch.matmul(a, b))
+    if dtype == "int8":  # cuBLASLt's int8 kernels want B column-major: both layouts timed
+        b_col = b.t().contiguous().t()
+        theirs = {"torch._int_mm (B row-major)": lambda: torch._int_mm(a, b),
+                  "torch._int_mm (B column-major)": lambda: torch._int_mm(a, b_col)}
+    else:
+        theirs = {"torch.matmul": lambda: torch.matmul(a, b)}
     options = {"precision": "tf32"} if dtype == "float32" else {}
     problem = synthetic(size, size, size, dtype, cc=torch.cuda.get_device_capability(),
                         **options)
@@ -144,18 +152,19 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "float32"
     try:
-        timed = time_interleaved({"torch": theirs, "raw_wmma": call}, mode="eager", reps=20)
+        timed = time_interleaved({**theirs, "raw_wmma": call}, mode="eager", reps=20)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
     ops = 2 * size ** 3
+    torch_ms = min(timed[name].median_ms for name in theirs)  # the faster call torch offers
     rows = []
-    for name, config in (("raw_wmma", chosen.config.name if chosen.config else None),
-                         ("torch", "torch._int_mm" if dtype == "int8" else "torch.matmul")):
+    for name, backend, config in (("raw_wmma", "raw_wmma",
+                                   chosen.config.name if chosen.config else None),
+                                  *((name, "torch", name) for name in theirs)):
         tops = ops / timed[name].median_ms / 1e9
-        rows.append({"dtype": dtype, "m": size, "n": size, "k": size, "backend": name,
-                     "config": config, "ms": timed[name].median_ms,
-                     "torch_ms": timed["torch"].median_ms, "tops": tops,
-                     "ceiling_fraction": tops / ceiling[CEILING_OF[dtype]]["tops"]})
+        rows.append({"dtype": dtype, "m": size, "n": size, "k": size, "backend": backend,
+                     "config": config, "ms": timed[name].median_ms, "torch_ms": torch_ms,
+                     "tops": tops, "ceiling_fraction": tops / ceiling[CEILING_OF[dtype]]["tops"]})
     return rows
 
 
@@ -195,10 +204,11 @@ def main() -> int:
     ceiling = probe_rows(args.blocks_per_sm, args.probe_ms, args.reps)
     rows = list(ceiling.values())
     for dtype, size in GEMMS:
-        rows += gemm_rows(dtype, size, ceiling)
-        mine, base = rows[-2], rows[-1]
-        print(f"{dtype:9s} {size}^3  raw_wmma {mine['tops']:8.1f}  {base['config']} "
-              f"{base['tops']:8.1f} TOPS  {base['ms'] / mine['ms']:.3f}x  "
+        mine, *theirs = gemm_rows(dtype, size, ceiling)
+        rows += [mine, *theirs]
+        yardsticks = "  ".join(f"{r['config']} {r['tops']:8.1f}" for r in theirs)
+        print(f"{dtype:9s} {size}^3  raw_wmma {mine['tops']:8.1f}  {yardsticks} TOPS  "
+              f"{mine['torch_ms'] / mine['ms']:.3f}x  "
               f"{mine['ceiling_fraction']:.3f} of the ceiling", flush=True)
     rows += bit_rows(args.bits_k, ceiling)
     print(f"bit       8192x8192x{args.bits_k}  raw_wmma {rows[-1]['tops']:8.1f} TOPS  "
