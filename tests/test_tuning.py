@@ -654,6 +654,10 @@ def test_paired_ratio_compares_runs_of_the_same_round():
              "auto_autotune": timing(second)}
     assert validation.paired_vs_fastest(timed) == pytest.approx(1 / 1.03)
     assert validation.paired_vs_fastest({"torch": timing(first)}) is None
+    rows = [{"backend": "auto", "torch_ms": 1.0, "ms": 1.1, "paired": 0.97}]
+    assert "min 0.909" in validation.member_lines(rows, "eager")[1]
+    by_round = validation.member_lines(rows, "eager", paired=True)
+    assert "paired by round" in by_round[0] and "min 0.970" in by_round[1]
 
 
 def test_a_config_read_back_from_json_is_the_same_hashable_config():
