@@ -232,10 +232,10 @@ def matmul_tma_persistent_kernel(
 ):
     """Persistent GEMM over tensor-memory-accelerator descriptors: one program per SM walks
     the output tiles in grouped order; the TMA unit fetches A and B tiles (zero-filling past
-    the edges) and stores D (clipping past the edges) when D's rows are 16-byte aligned
-    and there is no C (``D_TMA``), else D is stored through masked pointers (``d_ptr``, any strides). B is read
-    as (K, N) tiles, or as (N, K) tiles and transposed in registers when it is column-major
-    (``B_KMAJOR``)."""
+    the edges) and stores D (clipping past the edges) when D's rows are 16-byte aligned and
+    there is no C (``D_TMA``), else D is stored through masked pointers (``d_ptr``, any
+    strides). B is read as (K, N) tiles, or as (N, K) tiles and transposed in registers when
+    it is column-major (``B_KMAJOR``)."""
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)

@@ -142,10 +142,8 @@ def load(cubin: bytes, name: str, device: int, dynamic_smem: int = 0) -> Functio
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=256)
 def _structure(params: tuple[Param, ...]) -> type[ctypes.Structure]:
-    """The ctypes structure holding one field per parameter, in order (one class per
-    signature: a class made per call is garbage the cycle collector has to find)."""
+    """The ctypes structure holding one field per parameter, in order."""
     return type("KernelArguments", (ctypes.Structure,), {"_fields_": list(params)})
 
 
