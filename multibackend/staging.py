@@ -157,6 +157,16 @@ def copy_function(device: int, arch: str, itemsize: int) -> driver.Function:
     return found
 
 
+def copy_launch(device: int, arch: str, strides: tuple[int, int], now: Operand, itemsize: int,
+                dst: int = 0) -> driver.Launch:
+    """The copy kernel's launch for a matrix of ``strides`` copied into the staged layout
+    ``now`` at ``dst`` (0: written before each launch), its source pointer 0 (the same)."""
+    fn = copy_function(device, arch, itemsize)
+    values, grid = copy_plan(strides, now, itemsize)
+    args = driver.Arguments(fn.name, STAGE_PARAMS, {"src": 0, "dst": dst, **values})
+    return driver.Launch(fn, grid, (STAGE_THREADS, 1, 1), 0, args)
+
+
 @functools.lru_cache(maxsize=None)
 def torch_copies_why() -> str | None:
     """Why staging copies matrices with torch (at about half the copy kernel's bandwidth on
@@ -182,10 +192,7 @@ def _kernel_copy(src: Any, dst: Any, now: Operand, stream: int) -> bool:
         launch = _LAUNCHES.get(key)
     if launch is None:
         device = src.device.index
-        fn = copy_function(device, nvrtc.arch(device), size)
-        values, grid = copy_plan(src.stride(), now, size)
-        args = driver.Arguments(fn.name, STAGE_PARAMS, {"src": 0, "dst": 0, **values})
-        launch = driver.Launch(fn, grid, (STAGE_THREADS, 1, 1), 0, args)
+        launch = copy_launch(device, nvrtc.arch(device), src.stride(), now, size)
     with _LOCK:  # the pointers written and launched together (the driver copies them)
         if len(_LAUNCHES) >= _LIMIT:
             _LAUNCHES.clear()
@@ -281,12 +288,11 @@ def native_copies(problem: Problem, ops: Operands
         if src.dim() != 2:
             return None
         size = src.element_size()
-        values, grid = copy_plan(src.stride(), now, size)
-        buf = arena(src, ops.stream, role, values["lines"] * now.ld * size)
-        fn = copy_function(problem.device_index, nvrtc.arch(problem.device_index, problem.cc),
-                           size)
-        args = driver.Arguments(fn.name, STAGE_PARAMS, {"src": 0, "dst": buf.data_ptr(), **values})
-        launch = driver.Launch(fn, grid, (STAGE_THREADS, 1, 1), 0, args)
+        lines = now.cols if now.layout == "col" else now.rows
+        buf = arena(src, ops.stream, role, lines * now.ld * size)
+        device = problem.device_index
+        launch = copy_launch(device, nvrtc.arch(device, problem.cc), src.stride(), now, size,
+                             buf.data_ptr())
         steps.append(native.launch_step(launch, {"src": source}, stream=ops.stream))
         copies[role] = buf.view(src.dtype).as_strided((now.rows, now.cols), now.strides)
         fixed[role] = buf.data_ptr()
