@@ -13,6 +13,10 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   memory. Configs ``wmma_<m>x<n>x<k>``.
 - ``wmma_subbyte.cu``: s4 / u4 (8x8x32) and b1 XOR / AND (8x8x128) on operands packed along K
   (see :mod:`multibackend.packing`).
+- ``bmma.cu``: the PTX b1 AND GEMM, ``mma.sync.aligned.m16n8k256`` (or m16n8k128) with
+  register fragments loaded by ldmatrix from a cp.async pipeline. Configs ``mma_*``; it takes
+  A row-major and B column-major with 16-byte aligned rows, other products take the WMMA
+  kernel.
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
@@ -65,6 +69,17 @@ FAST_TILES = {
 }
 FAST_PAD = 8
 
+#: PTX b1 AND tiles: name -> (K bits per mma, BM, BN, warps along M, warps along N, stages);
+#: the default first (kept in step with the RW_B1 list in raw_wmma/bmma.cu)
+B1_TILES = {
+    "mma_m16n8k256_128x256_s4": (256, 128, 256, 2, 4, 4),
+    "mma_m16n8k256_256x128_s4": (256, 256, 128, 4, 2, 4),
+    "mma_m16n8k256_128x128_s4": (256, 128, 128, 2, 2, 4),
+    "mma_m16n8k128_128x256_s4": (128, 128, 256, 2, 4, 4),
+}
+#: bytes of K each stage of the b1 kernel holds per row (1024 bits)
+B1_ROW_BYTES = 128
+
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
     "float16": ("16x16x16", "32x8x16", "8x32x16"),
@@ -101,6 +116,7 @@ GEMM_PARAMS: dict[str, tuple[Param, ...]] = {
     "wmma_subbyte.cu": _GEMM_HEAD + (("kbytes", INT32),) + _OPERAND_STRIDES + _EPILOGUE
     + (("satf", INT32),),
 }
+GEMM_PARAMS["bmma.cu"] = GEMM_PARAMS["wmma_subbyte.cu"]
 DOT_PARAMS: tuple[Param, ...] = (("x", POINTER), ("sx", INT64), ("y", POINTER), ("sy", INT64),
                                  ("n", INT64), ("partial", POINTER))
 DOT_FINAL_PARAMS: tuple[Param, ...] = (("partial", POINTER), ("count", INT32), ("out", POINTER),
@@ -182,6 +198,27 @@ def fast_eligible(problem: Problem) -> str | None:
     return None
 
 
+def b1_eligible(problem: Problem) -> str | None:
+    """None when the PTX b1 kernel can run ``problem``, else why not (in words)."""
+    if problem.op != "matmul" or problem.packed != "bit" or problem.bitop != "and":
+        return "the PTX b1 kernel computes AND popcounts of bit-packed operands"
+    if problem.cc is not None and problem.cc < MIN_CC:
+        return "mma.sync b1 and cp.async need sm_80+"
+    if problem.a.layout != "row" or problem.b.layout != "col":
+        return (f"A is {problem.a.layout}-major and B {problem.b.layout}-major: the PTX b1 "
+                "kernel reads A row-major and B column-major")
+    for name, op in (("A", problem.a), ("B", problem.b)):
+        if not op.rows_aligned:
+            return (f"{name}'s packed rows are not all 16-byte aligned (ld={op.ld} bytes, "
+                    f"batch stride={op.batch_stride}, pointer alignment {op.align} bytes)")
+    return None
+
+
+def b1_smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Dynamic shared memory of a PTX b1 kernel instance (B1Gemm::kSmemBytes)."""
+    return stages * (bm + bn) * B1_ROW_BYTES
+
+
 def _lay(op: Operand) -> str:
     return "c" if op.layout == "col" else "r"
 
@@ -228,6 +265,13 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       wm * wn * 32,
                       fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
                       (bm, bn))
+    if config.name in B1_TILES:
+        why = b1_eligible(problem)
+        if why:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        kbits, bm, bn, wm, wn, stages = B1_TILES[config.name]
+        return Kernel("bmma.cu", f"rw_b1and_m16n8k{kbits}_{bm}x{bn}_s{stages}", wm * wn * 32,
+                      b1_smem_bytes(bm, bn, stages), (bm, bn))
     frag = config.name.removeprefix("wmma_")
     if not config.name.startswith("wmma_") or frag not in FRAGS.get(dtype, ()):
         raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {dtype} takes "
@@ -311,7 +355,7 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
                        and d.data_ptr() % 16 == 0))
     else:
         values.update(sam=sa[1], sak=sa[2], sbk=sb[1], sbn=sb[2], satf=int(problem.saturate))
-        if kernel.source == "wmma_subbyte.cu":
+        if kernel.source in ("wmma_subbyte.cu", "bmma.cu"):
             values["kbytes"] = a.shape[-1]
         else:
             values["K"] = problem.k
@@ -404,6 +448,9 @@ class RawWmmaBackend(Backend):
                 if problem.bitop == "xor" and problem.cc == (9, 0):
                     notes.append("b1 XOR has no tensor-core instruction on sm_90: bmma_sync "
                                  "XOR is emulated from AND (correct, not fast)")
+                why = b1_eligible(problem)
+                if why and problem.bitop == "and":
+                    notes.append(f"WMMA b1 kernel, not the PTX one ({why})")
             if problem.saturate:
                 notes.append(_SATF_NOTE)
             for name, op in (("A", problem.a), ("B", problem.b)):
@@ -432,6 +479,10 @@ class RawWmmaBackend(Backend):
             for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
                                      WARPS=wm * wn, FRAG="16x16x16"))
+        if b1_eligible(problem) is None:
+            for name, (kbits, bm, bn, wm, wn, stages) in B1_TILES.items():
+                out.append(Config.of(name, KBITS=kbits, BM=bm, BN=bn, STAGES=stages,
+                                     WARPS=wm * wn))
         for frag in FRAGS.get(problem.in_dtype, ()):
             bm, bn = generic_tile(frag)
             out.append(Config.of(f"wmma_{frag}", FRAG=frag, BM=bm, BN=bn, STAGES=1, WARPS=4))

@@ -63,25 +63,6 @@ __device__ __forceinline__ void wmma_ceiling(const void* a, const void* b, void*
                             wmma::mem_row_major);
 }
 
-// One mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc: c += popc(a AND b).
-template <int KBITS>
-__device__ __forceinline__ void mma_b1_and(int (&c)[4], const unsigned (&a)[KBITS / 64],
-                                           const unsigned (&b)[KBITS / 128]) {
-    if constexpr (KBITS == 128) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
-            "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-}
-
 template <int KBITS>
 __device__ __forceinline__ void ptx_b1_ceiling(const void* a, const void* b, void* out,
                                                int iterations) {

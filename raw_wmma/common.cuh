@@ -138,4 +138,73 @@ __device__ __forceinline__ void write_element<int>(const Epilogue& e, int b, int
     static_cast<int*>(e.d)[(static_cast<long long>(b) * M + m) * N + n] = static_cast<int>(v);
 }
 
+// ---- cp.async, ldmatrix and block order (the pipelined kernels) -------------------------
+// A 16-byte cp.async copying src_bytes (0..16) and zero-filling the rest; the same copy of
+// all 16 bytes; committing and waiting for groups of copies.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16_full(void* smem, const void* gmem) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared memory: lane l
+// gives the address of row l % 8 of matrix l / 8 and receives, of each matrix i, the 32 bits
+// at row l / 4, bytes 4 * (l % 4) .. + 4 in r[i].
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s)
+                 : "memory");
+}
+
+// Grouped block order: 8 block rows sweep the block columns together, so blocks that run at
+// the same time share the rows of A and the columns of B they read (L2 reuse). Block
+// blockIdx.x's tile corner (m0, n0) of an M x N output in BM x BN tiles.
+template <int BM, int BN>
+__device__ __forceinline__ void grouped_tile(int M, int N, int& m0, int& n0) {
+    const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+    constexpr int kGroup = 8;
+    const int per_group = kGroup * tiles_n;
+    const int first_m = (static_cast<int>(blockIdx.x) / per_group) * kGroup;
+    const int group_m = min(tiles_m - first_m, kGroup);
+    const int in_group = static_cast<int>(blockIdx.x) % per_group;
+    m0 = (first_m + in_group % group_m) * BM;
+    n0 = (in_group / group_m) * BN;
+}
+
+// ---- the PTX b1 multiply-accumulate (the b1 GEMM and its ceiling probe) -----------------
+// Fragments of mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32 (groupID g = lane / 4,
+// t = lane % 4): A (16 x KBITS bits, row-major) in KBITS / 64 registers, register i holding
+// the 32 bits at row g + 8 * (i % 2), bits 128 * (i / 2) + 32 * t ..; B (KBITS x 8, column-
+// major) in KBITS / 128 registers, register j holding column g, bits 128 * j + 32 * t ..; C and
+// D in 4 .s32, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1.
+// One mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc: c += popc(a AND b).
+template <int KBITS>
+__device__ __forceinline__ void mma_b1_and(int (&c)[4], const unsigned (&a)[KBITS / 64],
+                                           const unsigned (&b)[KBITS / 128]) {
+    if constexpr (KBITS == 128) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
+            "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+}
+
 }  // namespace rw

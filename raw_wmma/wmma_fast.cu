@@ -23,20 +23,6 @@ using namespace nvcuda;
 
 constexpr int kFastPad = 8;  // elements added to each shared row: 16 bytes, conflict-free
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async16_full(void* smem, const void* gmem) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -171,16 +157,8 @@ struct FastGemm {
         T* sa_base = reinterpret_cast<T*>(smem);
         T* sb_base = sa_base + STAGES * kStageA;
 
-        // Grouped block order: 8 block rows sweep the block columns together (L2 reuse).
-        const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
-        constexpr int kGroup = 8;
-        const int per_group = kGroup * tiles_n;
-        const int group = blockIdx.x / per_group;
-        const int first_m = group * kGroup;
-        const int group_m = min(tiles_m - first_m, kGroup);
-        const int in_group = blockIdx.x % per_group;
-        const int m0 = (first_m + in_group % group_m) * BM;
-        const int n0 = (in_group / group_m) * BN;
+        int m0, n0;
+        grouped_tile<BM, BN>(M, N, m0, n0);
 
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;

@@ -43,7 +43,7 @@ from multibackend.problem import synthetic, synthetic_dot
 from multibackend.raw_wmma import SOURCE_DIR
 
 SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu",
-           "stage.cu")
+           "stage.cu", "bmma.cu")
 ARCHS = ("sm_80", "sm_90")
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
@@ -115,7 +115,8 @@ def expected_family(name: str) -> str | None:
     the staging copy)."""
     if name.startswith(("rw_dot", "rw_stage")):
         return None
-    kind = name.split("_")[2]
+    parts = name.split("_")
+    kind = parts[1] if parts[1].startswith("b1") else parts[2]
     return {"f16": "HMMA", "bf16": "HMMA", "tf32": "HMMA", "f64": "DMMA", "s8": "IMMA",
             "u8": "IMMA", "s4": "IMMA", "u4": "IMMA", "b1xor": "BMMA", "b1and": "BMMA"}[kind]
 
@@ -186,6 +187,49 @@ def test_sass_details(builds):
         for name, sass in builds[("stage.cu", arch)][1].items():
             assert "STG.E.128" in sass, f"{name} {arch}: no 16-byte stores"
     assert "HFMA2" in builds[("dot.cu", "sm_90")][1]["rw_dot_f16_vec_hfma2"]
+
+
+@pytest.mark.slow
+@needs_nvcc
+@needs_cuobjdump
+def test_ptx_b1_kernels_sass(builds):
+    """Each PTX b1 kernel issues the mma.sync of its name (BMMA 16x8x256 or 16x8x128 AND
+    POPC, none of WMMA's 8x8x128), loads its fragments with ldmatrix, copies with 16-byte
+    cp.async (zero-filling at the edges) and stores D pairwise."""
+    for arch in ARCHS:
+        sass = builds[("bmma.cu", arch)][1]
+        assert set(sass) == {rw.kernel_for(_b1_problem(), Config.of(name)).name
+                             for name in rw.B1_TILES}
+        for name, text in sass.items():
+            kbits = re.search(r"m16n8k(\d+)", name).group(1)
+            assert f"BMMA.168{kbits}.AND.POPC" in text, f"{name} {arch}"
+            assert "BMMA.88128" not in text and "XOR" not in text, f"{name} {arch}"
+            assert "LDSM.16.M88.4" in text, f"{name} {arch}: fragments not from ldmatrix"
+            assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
+            assert "STG.E.64" in text, f"{name} {arch}: no paired store"
+
+
+def _b1_problem(**kw):
+    return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
+
+
+def test_ptx_b1_kernel_offered_first_for_aligned_and_products_only():
+    backend = rw.create()
+    assert [c.name for c in backend.configs(_b1_problem())] == [*rw.B1_TILES, "wmma_8x8x128"]
+    p = _b1_problem()
+    assert rw.kernel_for(p, Config.of("mma_m16n8k256_128x256_s4")).name == \
+        "rw_b1and_m16n8k256_128x256_s4"
+    assert rw.kernel_for(p, Config.of("mma_m16n8k128_128x256_s4")).threads == 256
+    for other, why in ((synthetic(256, 256, 4096, "bit", bitop="xor", b_layout="col"), "AND"),
+                       (synthetic(256, 256, 4096, "bit", bitop="and"), "column-major"),
+                       (synthetic(256, 256, 4100, "bit", bitop="and", b_layout="col"),
+                        "16-byte aligned")):
+        assert rw.b1_eligible(other) and why in rw.b1_eligible(other)
+        assert [c.name for c in backend.configs(other)] == ["wmma_8x8x128"]
+        with pytest.raises(InvalidArgument, match=why):
+            rw.kernel_for(other, Config.of("mma_m16n8k256_128x256_s4"))
+    note = backend.note(synthetic(256, 256, 4096, "bit", bitop="and"))
+    assert "not the PTX one" in note and "column-major" in note
 
 
 #: each register-only ceiling probe and the instruction it exists for (raw_wmma/ceiling.cu)
@@ -285,7 +329,7 @@ def test_every_kernel_the_backend_chooses_exists(builds):
 
 
 @needs_nvcc
-def test_fast_smem_size_matches_the_kernel(tmp_path):
+def test_fast_and_b1_smem_sizes_match_the_kernels(tmp_path):
     lines = ['#include "wmma_fast.cu"']
     for bm, bn, bk, wm, wn, st in rw.FAST_TILES.values():
         for a_row in (True, False):
@@ -295,6 +339,12 @@ def test_fast_smem_size_matches_the_kernel(tmp_path):
                 lines.append(f"static_assert(rw::FastGemm<__half, {str(a_row).lower()}, "
                              f"{str(b_row).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}, "
                              f"{st}>::kSmemBytes == {size}, \"smem {bm}x{bn}x{bk} s{st}\");")
+    lines.append('#include "bmma.cu"')
+    for kbits, bm, bn, wm, wn, st in rw.B1_TILES.values():
+        size = rw.b1_smem_bytes(bm, bn, st)
+        assert size <= 227 * 1024
+        lines.append(f"static_assert(rw::B1Gemm<{kbits}, {bm}, {bn}, {wm}, {wn}, {st}>::"
+                     f"kSmemBytes == {size}, \"b1 smem {bm}x{bn} s{st}\");")
     src = tmp_path / "smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([str(toolchain.require_nvcc()), "-arch=sm_90", "-cubin",
@@ -496,6 +546,7 @@ _C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLO
 _SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
                ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
                ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
+               ("bmma.cu", "RW_B1"): rw.GEMM_PARAMS["bmma.cu"],
                ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
                ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS,
                ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}
