@@ -17,13 +17,15 @@ bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_
 row-major, as our kernel takes it, and column-major, as cuBLASLt's int8 kernels want it; the
 faster is the yardstick), tf32 at
 8192^3 against torch.matmul with TF32 allowed, f64 at 4096^3 against torch.matmul, and the b1
-AND GEMM at 8192 x 8192 x 65536 bits (``binary_matmul(op="and")``, no torch equivalent).
+AND GEMM at 8192 x 8192 x 65536 bits (``binary_matmul(op="and")``, no torch equivalent; B
+column-major) under each PTX config and the WMMA 8x8x128 kernel, each against the ceiling
+of its own instruction (m16n8k256, m16n8k128, 8x8x128).
 
 Writes a JSON list of rows ``{dtype, m, n, k, backend, config, ms, torch_ms, tops,
 ceiling_fraction}``: ``backend`` "ceiling" for a probe (m, n, k its fragment shape, config its
 entry point, ceiling_fraction 1), "raw_wmma" for our kernel (config the one the backend
 chose), "torch" for the yardstick (config the call: torch_ms is the faster one's); dtype as
-torch spells it ("bit" for b1).
+torch spells it ("bit" for b1); b1 rows also name their probe (``ceiling``).
 """
 from __future__ import annotations
 
@@ -168,32 +170,45 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     return rows
 
 
+#: the probe of each b1 config's instruction
+B1_CEILING = {128: "rw_ceiling_b1and_s32_16x8x128", 256: "rw_ceiling_b1and_s32_16x8x256"}
+
+
 def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
-    """The b1 AND GEMM at 8192 x 8192 x ``bits_k`` bits (our kernel only), checked on a slice
-    against popcounts."""
+    """The b1 AND GEMM at 8192 x 8192 x ``bits_k`` bits under every PTX config and the WMMA
+    8x8x128 kernel (our kernels only: torch has none), each checked on rows and columns at
+    both ends against popcounts, then timed (eager, alternated) and set against the ceiling
+    of its own instruction."""
     import torch
 
     import multibackend as mb
-    from multibackend.problem import synthetic
-    from multibackend.timing import time_gpu
+    from multibackend.backends.raw_wmma import B1_TILES
+    from multibackend.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8
     a = torch.randint(0, 256, (size, nbytes), dtype=torch.uint8, device="cuda")
-    b = torch.randint(0, 256, (nbytes, size), dtype=torch.uint8, device="cuda")
-    d = mb.binary_matmul(a, b, op="and", backend="raw_wmma")
+    b = torch.randint(0, 256, (size, nbytes), dtype=torch.uint8, device="cuda").T  # col-major
     bits = torch.tensor([bin(v).count("1") for v in range(256)], device="cuda")
-    want = (bits[(a[:4, :, None] & b[None, :, :16]).long()]).sum(dim=1).int()
-    if not torch.equal(d[:4, :16], want):
-        raise SystemExit("raw_wmma b1 AND GEMM is wrong on its first rows")
-    t = time_gpu(lambda: mb.binary_matmul(a, b, op="and", backend="raw_wmma"), reps=10,
-                 mode="eager")
-    tops = 2 * size * size * bits_k / t.median_ms / 1e9
-    config = mb.explain(synthetic(size, size, bits_k, "bit", bitop="and",
-                                  cc=torch.cuda.get_device_capability()),
-                        backend="raw_wmma").config
-    return [{"dtype": "bit", "m": size, "n": size, "k": bits_k, "backend": "raw_wmma",
-             "config": config.name if config else None, "ms": t.median_ms, "torch_ms": None,
-             "tops": tops, "ceiling_fraction": tops / ceiling[CEILING_OF["bit"]]["tops"]}]
+    ends = torch.tensor([0, 1, size - 2, size - 1], device="cuda")
+    want = bits[(a[ends, :, None] & b[None, :, ends]).long()].sum(dim=1).int()
+    configs = {**{name: B1_CEILING[tile[0]] for name, tile in B1_TILES.items()},
+               "wmma_8x8x128": CEILING_OF["bit"]}
+    calls = {}
+    for name in configs:
+        def call(name=name):
+            return mb.binary_matmul(a, b, op="and", backend="raw_wmma", config=name)
+        if not torch.equal(call()[ends][:, ends], want):
+            raise SystemExit(f"raw_wmma b1 AND GEMM ({name}) is wrong at the matrix's ends")
+        calls[name] = call
+    timed = time_interleaved(calls, mode="eager", reps=10)
+    rows = []
+    for name, probe in configs.items():
+        ms = timed[name].median_ms
+        tops = 2 * size * size * bits_k / ms / 1e9
+        rows.append({"dtype": "bit", "m": size, "n": size, "k": bits_k, "backend": "raw_wmma",
+                     "config": name, "ms": ms, "torch_ms": None, "tops": tops,
+                     "ceiling": probe, "ceiling_fraction": tops / ceiling[probe]["tops"]})
+    return rows
 
 
 def main() -> int:
@@ -210,9 +225,10 @@ def main() -> int:
         print(f"{dtype:9s} {size}^3  raw_wmma {mine['tops']:8.1f}  {yardsticks} TOPS  "
               f"{mine['torch_ms'] / mine['ms']:.3f}x  "
               f"{mine['ceiling_fraction']:.3f} of the ceiling", flush=True)
-    rows += bit_rows(args.bits_k, ceiling)
-    print(f"bit       8192x8192x{args.bits_k}  raw_wmma {rows[-1]['tops']:8.1f} TOPS  "
-          f"{rows[-1]['ceiling_fraction']:.3f} of the WMMA b1 ceiling", flush=True)
+    for row in bit_rows(args.bits_k, ceiling):
+        rows.append(row)
+        print(f"bit       8192x8192x{args.bits_k}  {row['config']:26s} {row['tops']:8.1f} TOPS  "
+              f"{row['ceiling_fraction']:.3f} of {row['ceiling']}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

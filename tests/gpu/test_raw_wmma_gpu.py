@@ -293,3 +293,59 @@ def test_dot_f16_accumulator_uses_hfma2_within_its_bound():
                             reference.reference_dot(x, y))
     assert cmp.ok, cmp.detail
     assert math.isfinite(float(got))
+
+
+#: (M, N, K bytes, batch) for the PTX b1 kernel: ragged M and N, K ending inside a 16-byte
+#: chunk and inside a 128-byte k-tile, a broadcast B
+B1_SHAPES = [(1, 1, 16, 1), (130, 260, 144, 1), (257, 129, 1040, 2), (64, 8, 2064, 1),
+             (300, 520, 100, 1)]
+
+
+def _b1_operands(m, n, kbytes, batch, gen):
+    """A row-major and B column-major, each row 16-byte aligned and sliced out of a wider
+    random buffer: the bytes past K are not zero, so a kernel that read them would fail."""
+    ld = -(-kbytes // 16) * 16 + 16
+    a = torch.randint(0, 256, (batch, m, ld), generator=gen, dtype=torch.uint8)[..., :kbytes]
+    b = torch.randint(0, 256, (n, ld), generator=gen, dtype=torch.uint8)[:, :kbytes]
+    return a.to(DEVICE), b.to(DEVICE).T
+
+
+@pytest.mark.parametrize("config", list(rw.B1_TILES))
+def test_ptx_b1_kernel_exact_with_and_without_c(config):
+    from multibackend.api import execute
+    from multibackend.dispatch import decide
+    from multibackend.request import matmul_call
+
+    gen = torch.Generator().manual_seed(len(config))
+    for m, n, kbytes, batch in B1_SHAPES:
+        a, b = _b1_operands(m, n, kbytes, batch, gen)
+        problem = synthetic(m, n, kbytes * 8, "bit", bitop="and", batch=batch)
+        ref = packing.reference_packed(problem, a, b)
+        d = poisoned((batch, m, n), torch.int32, DEVICE)
+        call = matmul_call(a, b, None, alpha=1, beta=0, out=d, out_dtype="int32",
+                           acc_dtype="int32", packed="bit", bitop="and", op="binary_matmul")
+        assert rw.b1_eligible(call.problem) is None, call.problem.describe()
+        execute(call, decide(call.problem, "raw_wmma", config))
+        assert torch.equal(d.to(torch.int64), ref), (config, m, n, kbytes, batch)
+        c = torch.randint(-50, 50, (batch, m, n), generator=gen, dtype=torch.int32).to(DEVICE)
+        call = matmul_call(a, b, c, alpha=3, beta=-2, out_dtype="int32", acc_dtype="int32",
+                           packed="bit", bitop="and", op="binary_matmul")
+        poisoned_d = call.operands.d.fill_(-7)
+        execute(call, decide(call.problem, "raw_wmma", config))
+        want = 3 * ref - 2 * c.to(torch.int64)
+        assert torch.equal(poisoned_d.to(torch.int64), want), (config, "with C", m, n, kbytes)
+
+
+def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
+    from multibackend.request import matmul_call
+
+    gen = torch.Generator().manual_seed(11)
+    a, b = _b1_operands(200, 300, 512, 1, gen)
+    a = a[0]
+    call = matmul_call(a, b, None, alpha=1, beta=0, out_dtype="int32", acc_dtype="int32",
+                       packed="bit", bitop="and", op="binary_matmul")
+    chosen = multibackend.explain(call.problem, backend="raw_wmma").config
+    assert chosen.name == next(iter(rw.B1_TILES))
+    d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
+    ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)
+    assert torch.equal(d.to(torch.int64), ref[0])
