@@ -297,7 +297,7 @@ def test_dot_f16_accumulator_uses_hfma2_within_its_bound():
 
 #: (M, N, K bytes, batch) for the PTX b1 kernel: ragged M and N, K ending inside a 16-byte
 #: chunk and inside a 128-byte k-tile, a broadcast B
-B1_SHAPES = [(1, 1, 16, 1), (130, 260, 144, 1), (257, 129, 1040, 2), (64, 8, 2064, 1),
+B1_SHAPES = [(1, 3, 16, 1), (130, 260, 144, 1), (257, 129, 1040, 2), (64, 8, 2064, 1),
              (300, 520, 100, 1)]
 
 
