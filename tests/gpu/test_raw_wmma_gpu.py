@@ -325,13 +325,14 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
         call = matmul_call(a, b, None, alpha=1, beta=0, out=d, out_dtype="int32",
                            acc_dtype="int32", packed="bit", bitop="and", op="binary_matmul")
         assert rw.b1_eligible(call.problem) is None, call.problem.describe()
-        execute(call, decide(call.problem, "raw_wmma", config))
+        chosen = next(c for c in BACKEND.configs(call.problem) if c.name == config)
+        execute(call, decide(call.problem, "raw_wmma", chosen))
         assert torch.equal(d.to(torch.int64), ref), (config, m, n, kbytes, batch)
         c = torch.randint(-50, 50, (batch, m, n), generator=gen, dtype=torch.int32).to(DEVICE)
         call = matmul_call(a, b, c, alpha=3, beta=-2, out_dtype="int32", acc_dtype="int32",
                            packed="bit", bitop="and", op="binary_matmul")
         poisoned_d = call.operands.d.fill_(-7)
-        execute(call, decide(call.problem, "raw_wmma", config))
+        execute(call, decide(call.problem, "raw_wmma", chosen))
         want = 3 * ref - 2 * c.to(torch.int64)
         assert torch.equal(poisoned_d.to(torch.int64), want), (config, "with C", m, n, kbytes)
 
