@@ -15,10 +15,7 @@
 // a warp's cp.async writes. ldmatrix reads the bits as 16-bit elements, and an 8 x 8 matrix of
 // them gives lane l the 32 bits at row l / 4, bits 32 * (l % 4) .. of its 128: exactly the
 // b1 fragments (A's rows g and g + 8, B's column g). One x4 load per 16 rows of A and per 16
-// columns of B covers 256 bits of K: one m16n8k256, or two m16n8k128. The m16n8k256 kernels
-// load the fragments of the next 256 bits while the mma.sync of these run (double-buffered
-// registers); with m16n8k128's twice as many instructions that would spill, so it loads and
-// then multiplies.
+// columns of B covers 256 bits of K: one m16n8k256, or two m16n8k128.
 //
 // Copies: a k-tile wholly inside the matrices is copied with unguarded 16-byte cp.async; at
 // the edges each copy takes min(16, bytes left in the row) and zero-fills the rest, rows past
@@ -70,37 +67,6 @@ struct B1Gemm {
             } else {
                 const bool in = r0 + r < rows && at < kbytes;
                 cp_async16(dst, in ? src : g, in ? min(kbytes - at, 16) : 0);
-            }
-        }
-    }
-
-    // The fragments of one 256-bit step (chunks ks and ks + 1) of a stage: A's MI x4 loads
-    // (rows a_row + 16 i at chunk ks + a_hi) and B's NI / 2 (columns b_row + 16 j at chunk
-    // ks + b_hi), each B load holding two 8-column blocks (registers 0-1 and 2-3).
-    __device__ __forceinline__ static void load_fragments(unsigned (&fa)[MI][4],
-                                                          unsigned (&fb)[NI / 2][4],
-                                                          const unsigned char* stage, int a_row,
-                                                          int a_hi, int b_row, int b_hi,
-                                                          int ks) {
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-            ldmatrix_x4(fa[i], stage + swizzled(a_row + i * 16, ks + a_hi));
-#pragma unroll
-        for (int j = 0; j < NI / 2; ++j)
-            ldmatrix_x4(fb[j], stage + swizzled(b_row + j * 16, ks + b_hi));
-    }
-
-    // Every mma.sync of one 256-bit step on its fragments.
-    __device__ __forceinline__ static void step_mma(int (&acc)[MI][NI][4],
-                                                    const unsigned (&fa)[MI][4],
-                                                    const unsigned (&fb)[NI / 2][4]) {
-#pragma unroll
-        for (int j = 0; j < NI / 2; ++j) {
-            const unsigned left[2] = {fb[j][0], fb[j][1]}, right[2] = {fb[j][2], fb[j][3]};
-#pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                mma(acc[i][2 * j], fa[i], left);
-                mma(acc[i][2 * j + 1], fa[i], right);
             }
         }
     }
@@ -162,26 +128,23 @@ struct B1Gemm {
                 __syncthreads();  // tile kt visible; every warp done with the slot refilled
                 issue(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
                 const unsigned char* stage = smem + (kt % STAGES) * kStageBytes;
-                if constexpr (KBITS == 256) {
-                    // Fragments double-buffered: the loads of 256-bit step s + 1 are issued
-                    // before the mma.sync of step s, which then hide their latency.
-                    unsigned fa[2][MI][4], fb[2][NI / 2][4];
-                    load_fragments(fa[0], fb[0], stage, a_row, a_hi, b_row, b_hi, 0);
-#pragma unroll
-                    for (int step = 0; step < kB1Chunks / 2; ++step) {
-                        const int cur = step % 2;
-                        if (step + 1 < kB1Chunks / 2)
-                            load_fragments(fa[cur ^ 1], fb[cur ^ 1], stage, a_row, a_hi, b_row,
-                                           b_hi, 2 * (step + 1));
-                        step_mma(acc, fa[cur], fb[cur]);
-                    }
-                } else {
-                    // m16n8k128 issues twice the instructions: two buffers would spill
 #pragma unroll 1
-                    for (int step = 0; step < kB1Chunks / 2; ++step) {
-                        unsigned fa[MI][4], fb[NI / 2][4];
-                        load_fragments(fa, fb, stage, a_row, a_hi, b_row, b_hi, 2 * step);
-                        step_mma(acc, fa, fb);
+                for (int ks = 0; ks < kB1Chunks; ks += 2) {
+                    unsigned fa[MI][4];
+#pragma unroll
+                    for (int i = 0; i < MI; ++i)
+                        ldmatrix_x4(fa[i], stage + swizzled(a_row + i * 16, ks + a_hi));
+                    // B a pair of 8-column blocks at a time: four registers live, not 2 * NI
+#pragma unroll
+                    for (int j = 0; j < NI; j += 2) {
+                        unsigned r[4];
+                        ldmatrix_x4(r, stage + swizzled(b_row + j * 8, ks + b_hi));
+                        const unsigned left[2] = {r[0], r[1]}, right[2] = {r[2], r[3]};
+#pragma unroll
+                        for (int i = 0; i < MI; ++i) {
+                            mma(acc[i][j], fa[i], left);
+                            mma(acc[i][j + 1], fa[i], right);
+                        }
                     }
                 }
             }

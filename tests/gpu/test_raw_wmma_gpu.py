@@ -305,9 +305,9 @@ def _b1_operands(m, n, kbytes, batch, gen):
     """A row-major and B column-major, each row 16-byte aligned and sliced out of a wider
     random buffer: the bytes past K are not zero, so a kernel that read them would fail."""
     ld = -(-kbytes // 16) * 16 + 16
-    a = torch.randint(0, 256, (batch, m, ld), generator=gen, dtype=torch.uint8)[..., :kbytes]
-    b = torch.randint(0, 256, (n, ld), generator=gen, dtype=torch.uint8)[:, :kbytes]
-    return a.to(DEVICE), b.to(DEVICE).T
+    a = torch.randint(0, 256, (batch, m, ld), generator=gen, dtype=torch.uint8).to(DEVICE)
+    b = torch.randint(0, 256, (n, ld), generator=gen, dtype=torch.uint8).to(DEVICE)
+    return a[..., :kbytes], b[:, :kbytes].T
 
 
 @pytest.mark.parametrize("config", list(rw.B1_TILES))
