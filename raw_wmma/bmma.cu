@@ -21,7 +21,8 @@
 // the edges each copy takes min(16, bytes left in the row) and zero-fills the rest, rows past
 // M or N are zero (zero bits add nothing to an AND popcount), and nothing outside the
 // matrices is read. Epilogue: each lane writes its accumulators' pairs of columns, as one
-// 8-byte store when D is written plainly (alpha 1, no C) and the pair is inside an even row.
+// 8-byte store when D is written plainly (alpha 1, no C), its base 8-byte aligned and the
+// pair inside an even row.
 //
 // One templated body (B1Gemm); the extern "C" entry points below name each instance.
 #include "common.cuh"
@@ -97,7 +98,8 @@ struct B1Gemm {
         // (lane % 8) + 8 * (lane / 16) at chunk + (lane / 8) % 2.
         const int a_row = wm + lane % 16, a_hi = lane / 16;
         const int b_row = BM + wn + lane % 8 + 8 * (lane / 16), b_hi = (lane / 8) % 2;
-        const bool plain = ep.c == nullptr && ep.alpha == 1.0 && N % 2 == 0;
+        const bool plain = ep.c == nullptr && ep.alpha == 1.0 && N % 2 == 0 &&
+                           reinterpret_cast<unsigned long long>(ep.d) % 8 == 0;
 
         for (int bi = blockIdx.y; bi < batch; bi += gridDim.y) {
             const unsigned char* A = a + bi * sba;

@@ -23,7 +23,6 @@ using namespace nvcuda;
 
 constexpr int kFastPad = 8;  // elements added to each shared row: 16 bytes, conflict-free
 
-
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>

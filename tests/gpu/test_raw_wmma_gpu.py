@@ -350,3 +350,8 @@ def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
     ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)
     assert torch.equal(d.to(torch.int64), ref[0])
+    # D one int past an 8-byte boundary: the paired stores must not be taken
+    store = torch.full((200 * 300 + 1,), -7, dtype=torch.int32, device=DEVICE)
+    out = store[1:].view(200, 300)
+    multibackend.binary_matmul(a, b, op="and", out=out, backend="raw_wmma")
+    assert torch.equal(out.to(torch.int64), ref[0]) and store[0] == -7
