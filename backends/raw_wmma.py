@@ -13,10 +13,11 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   memory. Configs ``wmma_<m>x<n>x<k>``.
 - ``wmma_subbyte.cu``: s4 / u4 (8x8x32) and b1 XOR / AND (8x8x128) on operands packed along K
   (see :mod:`multibackend.packing`).
-- ``bmma.cu``: the PTX b1 AND GEMM, ``mma.sync.aligned.m16n8k256`` (or m16n8k128) with
-  register fragments loaded by ldmatrix from a cp.async pipeline. Configs ``mma_*``; it takes
-  A row-major and B column-major with 16-byte aligned rows, other products take the WMMA
-  kernel.
+- ``mma_kmajor.cu``: the PTX mma.sync GEMM on K-contiguous operands (A row-major, B
+  column-major, 16-byte aligned rows), register fragments loaded by ldmatrix from a cp.async
+  pipeline: b1 AND (``m16n8k256`` or ``m16n8k128``), s8 and u8 (``m16n8k32``, int32 out) and
+  tf32 (``m16n8k8``, float32 out). Configs ``mma_*``; other products of those types take the
+  WMMA kernels.
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
@@ -69,16 +70,19 @@ FAST_TILES = {
 }
 FAST_PAD = 8
 
-#: PTX b1 AND tiles: name -> (K bits per mma, BM, BN, warps along M, warps along N, stages);
-#: the default first (kept in step with the RW_B1 list in raw_wmma/bmma.cu)
-B1_TILES = {
-    "mma_m16n8k256_128x256_s4": (256, 128, 256, 2, 4, 4),
-    "mma_m16n8k256_256x128_s4": (256, 256, 128, 4, 2, 4),
-    "mma_m16n8k256_128x128_s4": (256, 128, 128, 2, 2, 4),
-    "mma_m16n8k128_128x256_s4": (128, 128, 256, 2, 4, 4),
-}
-#: bytes of K each stage of the b1 kernel holds per row (1024 bits)
-B1_ROW_BYTES = 128
+#: the PTX K-major kernel's kind for each input type (b1: AND products only)
+MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float32": "tf32"}
+_MMA_TILES = {"128x256_s4": (128, 256, 2, 4, 4), "256x128_s4": (256, 128, 4, 2, 4),
+              "128x128_s4": (128, 128, 2, 2, 4)}
+#: PTX K-major tiles per kind: name -> (the instruction's K, BM, BN, warps along M, warps
+#: along N, stages); the default first (kept in step with the RW_MMA list in
+#: raw_wmma/mma_kmajor.cu)
+MMA_TILES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
+    kind: {f"mma_m16n8k{k}_{tile}": (k, *shape) for tile, shape in _MMA_TILES.items()}
+    for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("tf32", 8))}
+MMA_TILES["b1and"]["mma_m16n8k128_128x256_s4"] = (128, *_MMA_TILES["128x256_s4"])
+#: bytes of K each stage of the K-major kernel holds per row
+MMA_ROW_BYTES = 128
 
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
@@ -116,7 +120,7 @@ GEMM_PARAMS: dict[str, tuple[Param, ...]] = {
     "wmma_subbyte.cu": _GEMM_HEAD + (("kbytes", INT32),) + _OPERAND_STRIDES + _EPILOGUE
     + (("satf", INT32),),
 }
-GEMM_PARAMS["bmma.cu"] = GEMM_PARAMS["wmma_subbyte.cu"]
+GEMM_PARAMS["mma_kmajor.cu"] = GEMM_PARAMS["wmma_subbyte.cu"]
 DOT_PARAMS: tuple[Param, ...] = (("x", POINTER), ("sx", INT64), ("y", POINTER), ("sy", INT64),
                                  ("n", INT64), ("partial", POINTER))
 DOT_FINAL_PARAMS: tuple[Param, ...] = (("partial", POINTER), ("count", INT32), ("out", POINTER),
@@ -198,25 +202,38 @@ def fast_eligible(problem: Problem) -> str | None:
     return None
 
 
-def b1_eligible(problem: Problem) -> str | None:
-    """None when the PTX b1 kernel can run ``problem``, else why not (in words)."""
-    if problem.op != "matmul" or problem.packed != "bit" or problem.bitop != "and":
-        return "the PTX b1 kernel computes AND popcounts of bit-packed operands"
+def mma_kind(problem: Problem) -> str | None:
+    """The PTX K-major kernel's kind that would compute ``problem`` (see :data:`MMA_KINDS`),
+    whether or not its operands' layouts let it; None when no kind computes it."""
+    if problem.op != "matmul" or problem.saturate:
+        return None
+    if problem.packed:
+        return "b1and" if problem.packed == "bit" and problem.bitop == "and" else None
+    if problem.in_dtype == "float32" and problem.precision != "tf32":
+        return None
+    return MMA_KINDS.get(problem.in_dtype)
+
+
+def mma_eligible(problem: Problem) -> str | None:
+    """None when the PTX K-major kernel can run ``problem``, else why not (in words)."""
+    if mma_kind(problem) is None:
+        return ("the PTX mma.sync kernel computes AND popcounts of bit-packed operands, int8 "
+                "and uint8 products and tf32 float32 products, without saturation")
     if problem.cc is not None and problem.cc < MIN_CC:
-        return "mma.sync b1 and cp.async need sm_80+"
+        return "mma.sync and cp.async need sm_80+"
     if problem.a.layout != "row" or problem.b.layout != "col":
-        return (f"A is {problem.a.layout}-major and B {problem.b.layout}-major: the PTX b1 "
-                "kernel reads A row-major and B column-major")
+        return (f"A is {problem.a.layout}-major and B {problem.b.layout}-major: the PTX "
+                "mma.sync kernel reads A row-major and B column-major")
     for name, op in (("A", problem.a), ("B", problem.b)):
         if not op.rows_aligned:
-            return (f"{name}'s packed rows are not all 16-byte aligned (ld={op.ld} bytes, "
-                    f"batch stride={op.batch_stride}, pointer alignment {op.align} bytes)")
+            return (f"{name}'s rows are not all 16-byte aligned (ld={op.ld}, batch stride="
+                    f"{op.batch_stride}, pointer alignment {op.align} bytes)")
     return None
 
 
-def b1_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Dynamic shared memory of a PTX b1 kernel instance (B1Gemm::kSmemBytes)."""
-    return stages * (bm + bn) * B1_ROW_BYTES
+def mma_smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Dynamic shared memory of a PTX K-major kernel instance (KMajorGemm::kSmemBytes)."""
+    return stages * (bm + bn) * MMA_ROW_BYTES
 
 
 def _lay(op: Operand) -> str:
@@ -265,13 +282,18 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       wm * wn * 32,
                       fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
                       (bm, bn))
-    if config.name in B1_TILES:
-        why = b1_eligible(problem)
+    if config.name.startswith("mma_"):
+        kind = mma_kind(problem)
+        tiles = MMA_TILES.get(kind or "", {})
+        if config.name not in tiles:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {problem.describe()} "
+                                  f"takes {', '.join(tiles) or 'no mma_* config'}")
+        why = mma_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        kbits, bm, bn, wm, wn, stages = B1_TILES[config.name]
-        return Kernel("bmma.cu", f"rw_b1and_m16n8k{kbits}_{bm}x{bn}_s{stages}", wm * wn * 32,
-                      b1_smem_bytes(bm, bn, stages), (bm, bn))
+        _, bm, bn, wm, wn, stages = tiles[config.name]
+        return Kernel("mma_kmajor.cu", f"rw_mma_{kind}_{config.name.removeprefix('mma_')}",
+                      wm * wn * 32, mma_smem_bytes(bm, bn, stages), (bm, bn))
     frag = config.name.removeprefix("wmma_")
     if not config.name.startswith("wmma_") or frag not in FRAGS.get(dtype, ()):
         raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {dtype} takes "
@@ -355,8 +377,8 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
                        and d.data_ptr() % 16 == 0))
     else:
         values.update(sam=sa[1], sak=sa[2], sbk=sb[1], sbn=sb[2], satf=int(problem.saturate))
-        if kernel.source in ("wmma_subbyte.cu", "bmma.cu"):
-            values["kbytes"] = a.shape[-1]
+        if kernel.source in ("wmma_subbyte.cu", "mma_kmajor.cu"):
+            values["kbytes"] = a.shape[-1] * a.element_size()
         else:
             values["K"] = problem.k
     return values
@@ -448,9 +470,9 @@ class RawWmmaBackend(Backend):
                 if problem.bitop == "xor" and problem.cc == (9, 0):
                     notes.append("b1 XOR has no tensor-core instruction on sm_90: bmma_sync "
                                  "XOR is emulated from AND (correct, not fast)")
-                why = b1_eligible(problem)
-                if why and problem.bitop == "and":
-                    notes.append(f"WMMA b1 kernel, not the PTX one ({why})")
+
+            if mma_kind(problem) and (why := mma_eligible(problem)):
+                notes.append(f"WMMA kernel, not the PTX mma.sync one ({why})")
             if problem.saturate:
                 notes.append(_SATF_NOTE)
             for name, op in (("A", problem.a), ("B", problem.b)):
@@ -479,10 +501,9 @@ class RawWmmaBackend(Backend):
             for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
                                      WARPS=wm * wn, FRAG="16x16x16"))
-        if b1_eligible(problem) is None:
-            for name, (kbits, bm, bn, wm, wn, stages) in B1_TILES.items():
-                out.append(Config.of(name, KBITS=kbits, BM=bm, BN=bn, STAGES=stages,
-                                     WARPS=wm * wn))
+        if mma_eligible(problem) is None:
+            for name, (k, bm, bn, wm, wn, stages) in MMA_TILES[mma_kind(problem)].items():
+                out.append(Config.of(name, MMA_K=k, BM=bm, BN=bn, STAGES=stages, WARPS=wm * wn))
         for frag in FRAGS.get(problem.in_dtype, ()):
             bm, bn = generic_tile(frag)
             out.append(Config.of(f"wmma_{frag}", FRAG=frag, BM=bm, BN=bn, STAGES=1, WARPS=4))

@@ -13,19 +13,19 @@ the host queues; no L2 flush, the probes read 2 fragments), median of ``--reps``
 
 GEMMs (random non-zero operands, checked against float64 before they are timed, torch's call
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and
-bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm (B given
-row-major, as our kernel takes it, and column-major, as cuBLASLt's int8 kernels want it; the
-faster is the yardstick), tf32 at
-8192^3 against torch.matmul with TF32 allowed, f64 at 4096^3 against torch.matmul, and the b1
-AND GEMM at 8192 x 8192 x 65536 bits (``binary_matmul(op="and")``, no torch equivalent; B
-column-major) under each PTX config and the WMMA 8x8x128 kernel, each against the ceiling
-of its own instruction (m16n8k256, m16n8k128, 8x8x128).
+bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm and tf32 at
+8192^3 against torch.matmul with TF32 allowed (ours given B column-major, the layout of the PTX
+mma.sync kernel, torch given B row- and column-major: the faster is the yardstick), f64 at
+4096^3 against torch.matmul, and the b1 AND GEMM at 8192 x 8192 x 65536 bits
+(``binary_matmul(op="and")``, no torch equivalent; B column-major) under each PTX config and
+the WMMA 8x8x128 kernel. Each of our rows is set against the ceiling of the instruction its
+kernel issues (WMMA's for ``wmma_*`` and ``fast_*`` configs, the PTX one's for ``mma_*``).
 
 Writes a JSON list of rows ``{dtype, m, n, k, backend, config, ms, torch_ms, tops,
 ceiling_fraction}``: ``backend`` "ceiling" for a probe (m, n, k its fragment shape, config its
 entry point, ceiling_fraction 1), "raw_wmma" for our kernel (config the one the backend
 chose), "torch" for the yardstick (config the call: torch_ms is the faster one's); dtype as
-torch spells it ("bit" for b1); b1 rows also name their probe (``ceiling``).
+torch spells it ("bit" for b1); GEMM rows also name their probe (``ceiling``).
 """
 from __future__ import annotations
 
@@ -47,8 +47,10 @@ PROBES = {
     "rw_ceiling_b1and_s32_8x8x128": ("bit", 8, 8, 128, "int32"),
     "rw_ceiling_b1and_s32_16x8x128": ("bit", 16, 8, 128, "int32"),
     "rw_ceiling_b1and_s32_16x8x256": ("bit", 16, 8, 256, "int32"),
+    "rw_ceiling_s8_s32_16x8x32": ("int8", 16, 8, 32, "int8"),
+    "rw_ceiling_tf32_f32_16x8x8": ("float32", 16, 8, 8, "float32"),
 }
-#: the probe each GEMM dtype is measured against (b1: the WMMA 8x8x128 kernel's instruction)
+#: the probe each GEMM dtype's WMMA kernels are measured against (b1: the 8x8x128 kernel's)
 CEILING_OF = {"float16": "rw_ceiling_f16_f32_16x16x16",
               "bfloat16": "rw_ceiling_bf16_f32_16x16x16",
               "float32": "rw_ceiling_tf32_f32_16x16x8", "int8": "rw_ceiling_s8_s32_16x16x16",
@@ -56,6 +58,12 @@ CEILING_OF = {"float16": "rw_ceiling_f16_f32_16x16x16",
 #: (dtype, size) of each GEMM row: the sizes the bars name
 GEMMS = (("float16", 4096), ("float16", 8192), ("bfloat16", 4096), ("bfloat16", 8192),
          ("int8", 8192), ("float32", 8192), ("float64", 4096))
+#: the probe of each PTX K-major (``mma_*``) config's instruction, by dtype and the
+#: instruction's K
+MMA_CEILING = {("bit", 128): "rw_ceiling_b1and_s32_16x8x128",
+               ("bit", 256): "rw_ceiling_b1and_s32_16x8x256",
+               ("int8", 32): "rw_ceiling_s8_s32_16x8x32",
+               ("float32", 8): "rw_ceiling_tf32_f32_16x8x8"}
 WARPS_PER_BLOCK = 8
 CHAINS = 8
 
@@ -137,16 +145,23 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
 
     a, b = _filled(dtype, size * size, "cuda"), _filled(dtype, size * size, "cuda")
     a, b = a.view(size, size), b.view(size, size)
-    if dtype == "int8":  # cuBLASLt's int8 kernels want B column-major: both layouts timed
+    if dtype in ("int8", "float32"):
+        # the PTX kernel of these types takes B column-major (as cuBLASLt's int8 kernels want
+        # it): ours gets that layout, torch both, and the faster torch call is the yardstick
         b_col = b.t().contiguous().t()
-        theirs = {"torch._int_mm (B row-major)": lambda: torch._int_mm(a, b),
-                  "torch._int_mm (B column-major)": lambda: torch._int_mm(a, b_col)}
+        fn, what = ((torch._int_mm, "torch._int_mm") if dtype == "int8"
+                    else (torch.matmul, "torch.matmul"))
+        theirs = {f"{what} (B row-major)": lambda: fn(a, b),
+                  f"{what} (B column-major)": lambda: fn(a, b_col)}
+        b = b_col
     else:
         theirs = {"torch.matmul": lambda: torch.matmul(a, b)}
     options = {"precision": "tf32"} if dtype == "float32" else {}
     problem = synthetic(size, size, size, dtype, cc=torch.cuda.get_device_capability(),
                         **options)
-    chosen = mb.explain(a, b, backend="raw_wmma", **options)
+    chosen = mb.explain(a, b, backend="raw_wmma", **options).config.name
+    probe = (MMA_CEILING[dtype, int(chosen.split("_")[1].removeprefix("m16n8k"))]
+             if chosen.startswith("mma_") else CEILING_OF[dtype])
     call = (lambda: mb.matmul(a, b, backend="raw_wmma", **options))
     cmp = reference.compare(problem, call(), reference.reference_matmul(a, b))
     if not cmp.ok:
@@ -160,18 +175,14 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     ops = 2 * size ** 3
     torch_ms = min(timed[name].median_ms for name in theirs)  # the faster call torch offers
     rows = []
-    for name, backend, config in (("raw_wmma", "raw_wmma",
-                                   chosen.config.name if chosen.config else None),
+    for name, backend, config in (("raw_wmma", "raw_wmma", chosen),
                                   *((name, "torch", name) for name in theirs)):
         tops = ops / timed[name].median_ms / 1e9
         rows.append({"dtype": dtype, "m": size, "n": size, "k": size, "backend": backend,
                      "config": config, "ms": timed[name].median_ms, "torch_ms": torch_ms,
-                     "tops": tops, "ceiling_fraction": tops / ceiling[CEILING_OF[dtype]]["tops"]})
+                     "tops": tops, "ceiling": probe,
+                     "ceiling_fraction": tops / ceiling[probe]["tops"]})
     return rows
-
-
-#: the probe of each b1 config's instruction
-B1_CEILING = {128: "rw_ceiling_b1and_s32_16x8x128", 256: "rw_ceiling_b1and_s32_16x8x256"}
 
 
 def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
@@ -182,7 +193,7 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend.backends.raw_wmma import B1_TILES
+    from multibackend.backends.raw_wmma import MMA_TILES
     from multibackend.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8
@@ -191,7 +202,7 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     bits = torch.tensor([bin(v).count("1") for v in range(256)], device="cuda")
     ends = torch.tensor([0, 1, size - 2, size - 1], device="cuda")
     want = bits[(a[ends, :, None] & b[None, :, ends]).long()].sum(dim=1).int()
-    configs = {**{name: B1_CEILING[tile[0]] for name, tile in B1_TILES.items()},
+    configs = {**{name: MMA_CEILING["bit", tile[0]] for name, tile in MMA_TILES["b1and"].items()},
                "wmma_8x8x128": CEILING_OF["bit"]}
     calls = {}
     for name in configs:

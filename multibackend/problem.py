@@ -173,8 +173,15 @@ def interned(problem: Problem) -> Problem:
 
 
 def classify_layout(rows: int, cols: int, strides: tuple[int, int]) -> tuple[str, int]:
-    """("row" | "col" | "strided", leading dimension in elements) for a rows x cols view."""
+    """("row" | "col" | "strided", leading dimension in elements) for a rows x cols view.
+
+    A single column whose elements are contiguous (row stride 1) is column-major, so a K x 1
+    right-hand side reads as the K-contiguous vector it is; a single element is column-major
+    only when its row stride is 1 and its column stride is not; every other single row or
+    column is row-major."""
     s0, s1 = strides
+    if cols == 1 and s0 == 1 and (rows > 1 or s1 != 1):
+        return "col", max(rows, 1)
     if (s1 == 1 or cols == 1) and (s0 >= max(cols, 1) or rows == 1):
         return "row", max(s0 if rows > 1 else cols, cols, 1)
     if (s0 == 1 or rows == 1) and (s1 >= max(rows, 1) or cols == 1):

@@ -10,12 +10,12 @@
 // blocks of kCeilingThreads threads (benchmarks/gpu_raw_wmma_ceiling.py).
 //
 // WMMA: f16 and bf16 (16x16x16, f32 accumulators), tf32 (16x16x8), s8 (16x16x16, s32), f64
-// (8x8x4) and b1 (8x8x128, AND + popcount). PTX: mma.sync.aligned.m16n8k128 and m16n8k256
-// .row.col.s32.b1.b1.s32.and.popc, whose fragments are registers: for k128, A is 2 .b32 per
-// thread (rows 0-7 in the first, 8-15 in the second), B one .b32, C and D 4 .s32; for k256, A 4
-// and B 2. Any bits serve a ceiling, so each thread reads its registers from a and b in order.
+// (8x8x4) and b1 (8x8x128, AND + popcount). PTX mma.sync, whose fragments are registers (common.cuh
+// gives their layout): m16n8k128 and m16n8k256 .b1 AND + popcount, m16n8k32 .s8 and m16n8k8
+// .tf32, the instructions of the K-major GEMM (mma_kmajor.cu). Any bits serve a ceiling, so each
+// thread reads its registers from a and b in order.
 //
-// One templated body per kind (wmma_ceiling, ptx_b1_ceiling); the extern "C" entry points below
+// One templated body per kind (wmma_ceiling, ptx_ceiling); the extern "C" entry points below
 // name each instance and share one signature: (a, b, out, iterations).
 #include "common.cuh"
 
@@ -63,30 +63,30 @@ __device__ __forceinline__ void wmma_ceiling(const void* a, const void* b, void*
                             wmma::mem_row_major);
 }
 
-template <int KBITS>
-__device__ __forceinline__ void ptx_b1_ceiling(const void* a, const void* b, void* out,
-                                               int iterations) {
-    static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");
-    constexpr int kA = KBITS / 64, kB = KBITS / 128;
+// Mma: one of common.cuh's PTX instructions (MmaB1And<KBITS>, MmaS8, MmaTf32).
+template <typename Mma>
+__device__ __forceinline__ void ptx_ceiling(const void* a, const void* b, void* out,
+                                            int iterations) {
+    using Acc = typename Mma::Acc;
     const int lane = threadIdx.x % 32;
-    unsigned ra[kA], rb[kB];
+    unsigned ra[Mma::kA], rb[Mma::kB];
 #pragma unroll
-    for (int i = 0; i < kA; ++i) ra[i] = static_cast<const unsigned*>(a)[lane * kA + i];
+    for (int i = 0; i < Mma::kA; ++i) ra[i] = static_cast<const unsigned*>(a)[lane * Mma::kA + i];
 #pragma unroll
-    for (int i = 0; i < kB; ++i) rb[i] = static_cast<const unsigned*>(b)[lane * kB + i];
-    int acc[kChains][4];
+    for (int i = 0; i < Mma::kB; ++i) rb[i] = static_cast<const unsigned*>(b)[lane * Mma::kB + i];
+    Acc acc[kChains][4];
 #pragma unroll
     for (int c = 0; c < kChains; ++c)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[c][j] = 0;
+        for (int j = 0; j < 4; ++j) acc[c][j] = Acc(0);
     for (int i = 0; i < iterations; ++i) {
 #pragma unroll
-        for (int c = 0; c < kChains; ++c) mma_b1_and<KBITS>(acc[c], ra, rb);
+        for (int c = 0; c < kChains; ++c) Mma::step(acc[c], ra, rb);
     }
-    int* d = static_cast<int*>(out) + warp_index() * 16 * 8 + lane * 4;
+    Acc* d = static_cast<Acc*>(out) + warp_index() * 16 * 8 + lane * 4;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        int sum = 0;
+        Acc sum = Acc(0);
 #pragma unroll
         for (int c = 0; c < kChains; ++c) sum += acc[c][j];
         d[j] = sum;
@@ -117,5 +117,7 @@ RW_CEILING(rw_ceiling_s8_s32_16x16x16, (RW_WMMA_CEILING(signed char, signed char
 RW_CEILING(rw_ceiling_f64_f64_8x8x4, (RW_WMMA_CEILING(double, double, double, 8, 8, 4)))
 RW_CEILING(rw_ceiling_b1and_s32_8x8x128,
            (RW_WMMA_CEILING(unsigned, nvcuda::wmma::experimental::precision::b1, int, 8, 8, 128)))
-RW_CEILING(rw_ceiling_b1and_s32_16x8x128, rw::ptx_b1_ceiling<128>)
-RW_CEILING(rw_ceiling_b1and_s32_16x8x256, rw::ptx_b1_ceiling<256>)
+RW_CEILING(rw_ceiling_b1and_s32_16x8x128, rw::ptx_ceiling<rw::MmaB1And<128>>)
+RW_CEILING(rw_ceiling_b1and_s32_16x8x256, rw::ptx_ceiling<rw::MmaB1And<256>>)
+RW_CEILING(rw_ceiling_s8_s32_16x8x32, rw::ptx_ceiling<rw::MmaS8>)
+RW_CEILING(rw_ceiling_tf32_f32_16x8x8, rw::ptx_ceiling<rw::MmaTf32>)

@@ -182,29 +182,71 @@ __device__ __forceinline__ void grouped_tile(int M, int N, int& m0, int& n0) {
     n0 = (in_group / group_m) * BN;
 }
 
-// ---- the PTX b1 multiply-accumulate (the b1 GEMM and its ceiling probe) -----------------
-// Fragments of mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32 (groupID g = lane / 4,
-// t = lane % 4): A (16 x KBITS bits, row-major) in KBITS / 64 registers, register i holding
-// the 32 bits at row g + 8 * (i % 2), bits 128 * (i / 2) + 32 * t ..; B (KBITS x 8, column-
-// major) in KBITS / 128 registers, register j holding column g, bits 128 * j + 32 * t ..; C and
-// D in 4 .s32, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1.
-// One mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc: c += popc(a AND b).
+// ---- PTX mma.sync from registers (the K-major GEMM and its ceiling probes) --------------
+// The kinds below share one fragment layout in bytes along K, so one ldmatrix pattern feeds
+// them all (groupID g = lane / 4, t = lane % 4): A (16 rows, K-contiguous) in kA registers,
+// register i holding row g + 8 * (i % 2), bytes 16 * (i / 2) + 4 * t .. + 4; B (8 columns,
+// K-contiguous) in kB registers, register j holding column g, bytes 16 * j + 4 * t .. + 4; C and
+// D in 4 accumulators, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1. So 32
+// bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8 or m16n8k8 tf32 (kA 4, kB 2), or
+// two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is what an element's bits
+// need before it (tf32: rounding to nearest, ties away, as __float_to_tf32; else nothing).
 template <int KBITS>
-__device__ __forceinline__ void mma_b1_and(int (&c)[4], const unsigned (&a)[KBITS / 64],
-                                           const unsigned (&b)[KBITS / 128]) {
-    if constexpr (KBITS == 128) {
+struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc
+    static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");
+    using Acc = int;
+    static constexpr int kA = KBITS / 64, kB = KBITS / 128;
+    __device__ __forceinline__ static void operand(unsigned&) {}
+    __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[kA],
+                                                const unsigned (&b)[kB]) {
+        if constexpr (KBITS == 128) {
+            asm volatile(
+                "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
+                "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+        } else {
+            asm volatile(
+                "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        }
+    }
+};
+
+// mma.sync.aligned.m16n8k32.row.col.s32.<T>.<T>.s32 for T = s8 or u8.
+#define RW_MMA_INT8(NAME, T)                                                                  \
+    struct NAME {                                                                             \
+        using Acc = int;                                                                      \
+        static constexpr int kA = 4, kB = 2;                                                  \
+        __device__ __forceinline__ static void operand(unsigned&) {}                          \
+        __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[4],      \
+                                                    const unsigned (&b)[2]) {                 \
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." T "." T ".s32 "               \
+                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"  \
+                         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); \
+        }                                                                                     \
+    };
+RW_MMA_INT8(MmaS8, "s8")
+RW_MMA_INT8(MmaU8, "u8")
+#undef RW_MMA_INT8
+
+struct MmaTf32 {  // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
+    using Acc = float;
+    static constexpr int kA = 4, kB = 2;
+    __device__ __forceinline__ static void operand(unsigned& r) {
+        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(r)));
+    }
+    __device__ __forceinline__ static void step(float (&c)[4], const unsigned (&a)[4],
+                                                const unsigned (&b)[2]) {
         asm volatile(
-            "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc "
-            "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
             "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     }
-}
+};
 
 }  // namespace rw

@@ -40,6 +40,12 @@ def test_layout_classification_and_alignment_rules():
     assert classify_layout(4, 8, (1, 4)) == ("col", 4)
     assert classify_layout(4, 8, (16, 2))[0] == "strided"
     assert classify_layout(1, 8, (8, 1))[0] == "row"
+    assert classify_layout(8, 1, (1, 1)) == ("col", 8)  # a contiguous column
+    assert classify_layout(8, 1, (1, 16)) == ("col", 8)
+    assert classify_layout(8, 1, (16, 1)) == ("row", 16)
+    assert classify_layout(1, 1, (1, 16))[0] == "col"
+    assert classify_layout(1, 1, (16, 1))[0] == "row"
+    assert classify_layout(1, 1, (1, 1))[0] == "row"
     assert pointer_alignment(0x1000) == 256 and pointer_alignment(0x1002) == 2
 
 

@@ -43,7 +43,7 @@ from multibackend.problem import synthetic, synthetic_dot
 from multibackend.raw_wmma import SOURCE_DIR
 
 SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu",
-           "stage.cu", "bmma.cu")
+           "stage.cu", "mma_kmajor.cu")
 ARCHS = ("sm_80", "sm_90")
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
@@ -189,47 +189,78 @@ def test_sass_details(builds):
     assert "HFMA2" in builds[("dot.cu", "sm_90")][1]["rw_dot_f16_vec_hfma2"]
 
 
+#: the SASS instruction each kind of the PTX K-major kernel exists for
+MMA_SASS = {"b1and": "BMMA.168{k}.AND.POPC", "s8": "IMMA.16832.S8.S8", "u8": "IMMA.16832.U8.U8",
+            "tf32": "HMMA.1688.F32.TF32"}
+
+
+def _mma_problem(kind: str, **kw):
+    if kind == "b1and":
+        return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
+    dtype = {"s8": "int8", "u8": "uint8", "tf32": "float32"}[kind]
+    return synthetic(256, 256, 512, dtype, b_layout="col",
+                     precision="tf32" if kind == "tf32" else None, **kw)
+
+
 @pytest.mark.slow
 @needs_nvcc
 @needs_cuobjdump
-def test_ptx_b1_kernels_sass(builds):
-    """Each PTX b1 kernel issues the mma.sync of its name (BMMA 16x8x256 or 16x8x128 AND
-    POPC, none of WMMA's 8x8x128), loads its fragments with ldmatrix, copies with 16-byte
-    cp.async (zero-filling at the edges) and stores D pairwise."""
+def test_ptx_mma_kernels_sass(builds):
+    """Each PTX K-major kernel issues the mma.sync of its kind and name (and no other tensor
+    instruction: none of WMMA's 8x8x128 for b1), loads its fragments with ldmatrix, copies
+    with 16-byte cp.async (zero-filling at the edges) and stores D pairwise; tf32 rounds its
+    operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
+    tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
     for arch in ARCHS:
-        sass = builds[("bmma.cu", arch)][1]
-        assert set(sass) == {rw.kernel_for(_b1_problem(), Config.of(name)).name
-                             for name in rw.B1_TILES}
+        sass = builds[("mma_kmajor.cu", arch)][1]
+        assert set(sass) == {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
+                             for kind, tiles in rw.MMA_TILES.items() for name in tiles}
         for name, text in sass.items():
-            kbits = re.search(r"m16n8k(\d+)", name).group(1)
-            assert f"BMMA.168{kbits}.AND.POPC" in text, f"{name} {arch}"
-            assert "BMMA.88128" not in text and "XOR" not in text, f"{name} {arch}"
+            kind = name.split("_")[2]
+            k = re.search(r"m16n8k(\d+)", name).group(1)
+            want = MMA_SASS[kind].format(k=k)
+            assert want in text, f"{name} {arch}: no {want}"
+            assert len(set(re.findall(r"\b[HIBD]MMA\.[\w.]+", text))) == 1, f"{name} {arch}"
             assert "LDSM.16.M88.4" in text, f"{name} {arch}: fragments not from ldmatrix"
             assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
             assert "STG.E.64" in text, f"{name} {arch}: no paired store"
+            rounds = re.search(r"FSETP\.GEU\.AND .*\|R\d+\|.*\+INF", text) is not None
+            assert rounds == (kind == "tf32"), f"{name} {arch}: rounding"
 
 
-def _b1_problem(**kw):
-    return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
-
-
-def test_ptx_b1_kernel_offered_first_for_aligned_and_products_only():
+def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
     backend = rw.create()
-    assert [c.name for c in backend.configs(_b1_problem())] == [*rw.B1_TILES, "wmma_8x8x128"]
-    p = _b1_problem()
-    assert rw.kernel_for(p, Config.of("mma_m16n8k256_128x256_s4")).name == \
-        "rw_b1and_m16n8k256_128x256_s4"
-    assert rw.kernel_for(p, Config.of("mma_m16n8k128_128x256_s4")).threads == 256
+    wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw.FRAGS["int8"]],
+            "u8": [f"wmma_{f}" for f in rw.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"]}
+    for kind, tiles in rw.MMA_TILES.items():
+        assert [c.name for c in backend.configs(_mma_problem(kind))] == [*tiles, *wmma[kind]]
+        first = next(iter(tiles))
+        kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
+        assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
+        assert kernel.threads == 256 and kernel.source == "mma_kmajor.cu"
+    assert rw.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
+        "rw_mma_b1and_m16n8k256_128x256_s4"
+    with pytest.raises(InvalidArgument, match="mma_m16n8k32_128x256_s4"):
+        rw.kernel_for(_mma_problem("s8"), Config.of("mma_m16n8k8_128x256_s4"))
     for other, why in ((synthetic(256, 256, 4096, "bit", bitop="xor", b_layout="col"), "AND"),
                        (synthetic(256, 256, 4096, "bit", bitop="and"), "column-major"),
                        (synthetic(256, 256, 4100, "bit", bitop="and", b_layout="col"),
-                        "16-byte aligned")):
-        assert rw.b1_eligible(other) and why in rw.b1_eligible(other)
-        assert [c.name for c in backend.configs(other)] == ["wmma_8x8x128"]
-        with pytest.raises(InvalidArgument, match=why):
+                        "16-byte aligned"),
+                       (synthetic(256, 256, 520, "int8", b_layout="col"), "16-byte aligned"),
+                       (synthetic(256, 256, 512, "uint8", a_layout="col", b_layout="col"),
+                        "column-major"),
+                       (synthetic(256, 256, 512, "float32", b_layout="col"), "tf32"),
+                       (synthetic(256, 256, 512, "float32", precision="tf32"), "column-major")):
+        assert rw.mma_eligible(other) and why in rw.mma_eligible(other), other.describe()
+        assert not any(c.name.startswith("mma_") for c in backend.configs(other))
+        with pytest.raises(InvalidArgument):
             rw.kernel_for(other, Config.of("mma_m16n8k256_128x256_s4"))
-    note = backend.note(synthetic(256, 256, 4096, "bit", bitop="and"))
-    assert "not the PTX one" in note and "column-major" in note
+    for kind, layout in (("bit", "row"), ("int8", "row")):
+        p = synthetic(256, 256, 4096, kind, bitop="and" if kind == "bit" else None,
+                      b_layout=layout)
+        note = backend.note(p)
+        assert "not the PTX mma.sync one" in note and "column-major" in note, note
+    assert "PTX" not in (backend.note(synthetic(256, 256, 4096, "float16", b_layout="col")) or "")
 
 
 #: each register-only ceiling probe and the instruction it exists for (raw_wmma/ceiling.cu)
@@ -241,7 +272,9 @@ CEILING_INSTRUCTIONS = {
     "rw_ceiling_f64_f64_8x8x4": r"DMMA\.(884|8x8x4) ",
     "rw_ceiling_b1and_s32_8x8x128": r"BMMA\.88128\.AND\.POPC ",
     "rw_ceiling_b1and_s32_16x8x128": r"BMMA\.168128\.AND\.POPC ",
-    "rw_ceiling_b1and_s32_16x8x256": r"BMMA\.168256\.AND\.POPC "}
+    "rw_ceiling_b1and_s32_16x8x256": r"BMMA\.168256\.AND\.POPC ",
+    "rw_ceiling_s8_s32_16x8x32": r"IMMA\.16832\.S8\.S8 ",
+    "rw_ceiling_tf32_f32_16x8x8": r"HMMA\.1688\.F32\.TF32 "}
 
 
 @pytest.mark.slow
@@ -329,7 +362,7 @@ def test_every_kernel_the_backend_chooses_exists(builds):
 
 
 @needs_nvcc
-def test_fast_and_b1_smem_sizes_match_the_kernels(tmp_path):
+def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
     lines = ['#include "wmma_fast.cu"']
     for bm, bn, bk, wm, wn, st in rw.FAST_TILES.values():
         for a_row in (True, False):
@@ -339,12 +372,15 @@ def test_fast_and_b1_smem_sizes_match_the_kernels(tmp_path):
                 lines.append(f"static_assert(rw::FastGemm<__half, {str(a_row).lower()}, "
                              f"{str(b_row).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}, "
                              f"{st}>::kSmemBytes == {size}, \"smem {bm}x{bn}x{bk} s{st}\");")
-    lines.append('#include "bmma.cu"')
-    for kbits, bm, bn, wm, wn, st in rw.B1_TILES.values():
-        size = rw.b1_smem_bytes(bm, bn, st)
-        assert size <= 227 * 1024
-        lines.append(f"static_assert(rw::B1Gemm<{kbits}, {bm}, {bn}, {wm}, {wn}, {st}>::"
-                     f"kSmemBytes == {size}, \"b1 smem {bm}x{bn} s{st}\");")
+    lines.append('#include "mma_kmajor.cu"')
+    for kind, tiles in rw.MMA_TILES.items():
+        for k, bm, bn, wm, wn, st in tiles.values():
+            size = rw.mma_smem_bytes(bm, bn, st)
+            assert size <= 227 * 1024
+            mma = {"b1and": f"rw::MmaB1And<{k}>, 1", "s8": "rw::MmaS8, 1", "u8": "rw::MmaU8, 1",
+                   "tf32": "rw::MmaTf32, 4"}[kind]
+            lines.append(f"static_assert(rw::KMajorGemm<{mma}, {bm}, {bn}, {wm}, {wn}, {st}>::"
+                         f"kSmemBytes == {size}, \"{kind} smem {bm}x{bn} s{st}\");")
     src = tmp_path / "smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([str(toolchain.require_nvcc()), "-arch=sm_90", "-cubin",
@@ -546,7 +582,7 @@ _C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLO
 _SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
                ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
                ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
-               ("bmma.cu", "RW_B1"): rw.GEMM_PARAMS["bmma.cu"],
+               ("mma_kmajor.cu", "RW_MMA"): rw.GEMM_PARAMS["mma_kmajor.cu"],
                ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
                ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS,
                ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}

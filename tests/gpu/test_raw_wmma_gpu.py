@@ -96,7 +96,7 @@ def _run_and_check(t, layouts, config, m, n, k, *, batch=1, with_c=False, pad=1)
                     f"{cmp.detail}")
 
 
-def _problem(t, layouts, m=200, n=264, k=136, pad=8):
+def _problem(t, layouts, m=200, n=264, k=144):
     dtype, out, acc, precision = t
     return synthetic(m, n, k, dtype, a_layout=layouts[0], b_layout=layouts[1], out_dtype=out,
                      acc=acc, precision=precision, cc=None)
@@ -152,8 +152,9 @@ def compiled_kernels():
 def test_matmul_every_dtype_layout_config(t, layouts, config):
     index = PLAN.index((t, layouts, config))
     shapes = [SHAPES[(index + i) % len(SHAPES)] for i in range(3)]
-    # fast configs need 16-byte aligned rows: keep ld a multiple of 8, the sizes ragged
-    pad = 8 if config.startswith("fast_") else 1
+    # fast and mma configs need 16-byte aligned rows: keep ld a multiple of 16 bytes, the
+    # sizes ragged
+    pad = 16 // _torch_dtype(t[0]).itemsize if config.startswith(("fast_", "mma_")) else 1
     for m, n, k in shapes:
         _run_and_check(t, layouts, config, m, n, k, pad=pad)
     _run_and_check(t, layouts, config, 37, 45, 53, batch=3, with_c=True, pad=pad)
@@ -164,6 +165,20 @@ def test_fast_kernel_on_large_ragged_shape(dtype):
     t = (dtype, dtype, "float32", None)
     _run_and_check(t, ("row", "row"), "fast_128x256x32_s3", 1000, 1031, 1029, pad=8)
     _run_and_check(t, ("col", "col"), "fast_128x128x32_s4", 257, 383, 4097, pad=8)
+
+
+@pytest.mark.parametrize("t", [INT_TYPES[0], INT_TYPES[1], FLOAT_TYPES[5]],
+                         ids=["int8", "uint8", "tf32"])
+def test_ptx_mma_kernel_on_large_ragged_shapes(t):
+    """The K-major mma.sync kernel over many k-tiles, ragged in M, N and K, with and without
+    C; it is the backend's default for A row-major and B column-major."""
+    tiles = rw.MMA_TILES[rw.MMA_KINDS[t[0]]]
+    assert BACKEND.configs(_problem(t, ("row", "col")))[0].name == next(iter(tiles))
+    pad = 16 // _torch_dtype(t[0]).itemsize
+    for config in tiles:
+        _run_and_check(t, ("row", "col"), config, 1000, 1031, 1029, pad=pad)
+        _run_and_check(t, ("row", "col"), config, 257, 383, 4099, batch=2, with_c=True,
+                       pad=pad)
 
 
 def test_misaligned_operands_take_the_generic_kernel():
@@ -310,7 +325,7 @@ def _b1_operands(m, n, kbytes, batch, gen):
     return a[..., :kbytes], b[:, :kbytes].T
 
 
-@pytest.mark.parametrize("config", list(rw.B1_TILES))
+@pytest.mark.parametrize("config", list(rw.MMA_TILES["b1and"]))
 def test_ptx_b1_kernel_exact_with_and_without_c(config):
     from multibackend.api import execute
     from multibackend.dispatch import decide
@@ -324,7 +339,7 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
         d = poisoned((batch, m, n), torch.int32, DEVICE)
         call = matmul_call(a, b, None, alpha=1, beta=0, out=d, out_dtype="int32",
                            acc_dtype="int32", packed="bit", bitop="and", op="binary_matmul")
-        assert rw.b1_eligible(call.problem) is None, call.problem.describe()
+        assert rw.mma_eligible(call.problem) is None, call.problem.describe()
         chosen = next(c for c in BACKEND.configs(call.problem) if c.name == config)
         execute(call, decide(call.problem, "raw_wmma", chosen))
         assert torch.equal(d.to(torch.int64), ref), (config, m, n, kbytes, batch)
@@ -346,7 +361,7 @@ def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     call = matmul_call(a, b, None, alpha=1, beta=0, out_dtype="int32", acc_dtype="int32",
                        packed="bit", bitop="and", op="binary_matmul")
     chosen = multibackend.explain(call.problem, backend="raw_wmma").config
-    assert chosen.name == next(iter(rw.B1_TILES))
+    assert chosen.name == next(iter(rw.MMA_TILES["b1and"]))
     d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
     ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)
     assert torch.equal(d.to(torch.int64), ref[0])
