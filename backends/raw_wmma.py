@@ -15,9 +15,9 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   (see :mod:`multibackend.packing`).
 - ``mma_kmajor.cu``: the PTX mma.sync GEMM on K-contiguous operands (A row-major, B
   column-major, 16-byte aligned rows), register fragments loaded by ldmatrix from a cp.async
-  pipeline: b1 AND (``m16n8k256`` or ``m16n8k128``), s8 and u8 (``m16n8k32``, int32 out) and
-  tf32 (``m16n8k8``, float32 out). Configs ``mma_*``; other products of those types take the
-  WMMA kernels.
+  pipeline: b1 AND (``m16n8k256`` or ``m16n8k128``), s8 and u8 (``m16n8k32``, int32 out),
+  tf32 (``m16n8k8``, float32 out) and, on sm_90, f64 (``m16n8k4``, fragments read with 8-byte
+  shared loads). Configs ``mma_*``; other products of those types take the WMMA kernels.
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
@@ -71,7 +71,9 @@ FAST_TILES = {
 FAST_PAD = 8
 
 #: the PTX K-major kernel's kind for each input type (b1: AND products only)
-MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float32": "tf32"}
+MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float32": "tf32", "float64": "f64"}
+#: kinds whose instruction exists from sm_90 on (f64 m16n8k4)
+MMA_SM90 = ("f64",)
 _MMA_TILES = {"128x256_s4": (128, 256, 2, 4, 4), "256x128_s4": (256, 128, 4, 2, 4),
               "128x128_s4": (128, 128, 2, 2, 4)}
 #: PTX K-major tiles per kind: name -> (the instruction's K, BM, BN, warps along M, warps
@@ -81,6 +83,10 @@ MMA_TILES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
     kind: {f"mma_m16n8k{k}_{tile}": (k, *shape) for tile, shape in _MMA_TILES.items()}
     for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("tf32", 8))}
 MMA_TILES["b1and"]["mma_m16n8k128_128x256_s4"] = (128, *_MMA_TILES["128x256_s4"])
+# f64: warp tiles of 64 x 32 and 32 x 64 (64 double accumulators per thread)
+MMA_TILES["f64"] = {"mma_m16n8k4_128x128_s4": (4, 128, 128, 2, 4, 4),
+                    "mma_m16n8k4_128x64_s4": (4, 128, 64, 2, 2, 4),
+                    "mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4)}
 #: bytes of K each stage of the K-major kernel holds per row
 MMA_ROW_BYTES = 128
 
@@ -216,11 +222,16 @@ def mma_kind(problem: Problem) -> str | None:
 
 def mma_eligible(problem: Problem) -> str | None:
     """None when the PTX K-major kernel can run ``problem``, else why not (in words)."""
-    if mma_kind(problem) is None:
+    kind = mma_kind(problem)
+    if kind is None:
         return ("the PTX mma.sync kernel computes AND popcounts of bit-packed operands, int8 "
-                "and uint8 products and tf32 float32 products, without saturation")
+                "and uint8 products, tf32 float32 products and float64 products, without "
+                "saturation")
     if problem.cc is not None and problem.cc < MIN_CC:
         return "mma.sync and cp.async need sm_80+"
+    if kind in MMA_SM90 and problem.cc is not None and problem.cc < (9, 0):
+        major, minor = problem.cc
+        return f"the {kind} mma.sync m16n8k4 needs sm_90+ (this GPU is sm_{major}{minor})"
     if problem.a.layout != "row" or problem.b.layout != "col":
         return (f"A is {problem.a.layout}-major and B {problem.b.layout}-major: the PTX "
                 "mma.sync kernel reads A row-major and B column-major")

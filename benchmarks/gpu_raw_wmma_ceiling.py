@@ -13,10 +13,10 @@ the host queues; no L2 flush, the probes read 2 fragments), median of ``--reps``
 
 GEMMs (random non-zero operands, checked against float64 before they are timed, torch's call
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and
-bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm and tf32 at
-8192^3 against torch.matmul with TF32 allowed (ours given B column-major, the layout of the PTX
-mma.sync kernel, torch given B row- and column-major: the faster is the yardstick), f64 at
-4096^3 against torch.matmul, and the b1 AND GEMM at 8192 x 8192 x 65536 bits
+bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm, tf32 at
+8192^3 against torch.matmul with TF32 allowed and f64 at 4096^3 against torch.matmul (ours
+given B column-major, the layout of the PTX mma.sync kernel, torch given B row- and
+column-major: the faster is the yardstick), and the b1 AND GEMM at 8192 x 8192 x 65536 bits
 (``binary_matmul(op="and")``, no torch equivalent; B column-major) under each PTX config and
 the WMMA 8x8x128 kernel. Each of our rows is set against the ceiling of the instruction its
 kernel issues (WMMA's for ``wmma_*`` and ``fast_*`` configs, the PTX one's for ``mma_*``).
@@ -49,7 +49,13 @@ PROBES = {
     "rw_ceiling_b1and_s32_16x8x256": ("bit", 16, 8, 256, "int32"),
     "rw_ceiling_s8_s32_16x8x32": ("int8", 16, 8, 32, "int8"),
     "rw_ceiling_tf32_f32_16x8x8": ("float32", 16, 8, 8, "float32"),
+    "rw_ceiling_f64_f64_16x8x4": ("float64", 16, 8, 4, "float64"),
+    "rw_ceiling_f64_f64_16x8x8": ("float64", 16, 8, 8, "float64"),
+    "rw_ceiling_f64_f64_16x8x16": ("float64", 16, 8, 16, "float64"),
 }
+#: probes of instructions that exist from sm_90 on (skipped on older GPUs)
+SM90_PROBES = ("rw_ceiling_f64_f64_16x8x4", "rw_ceiling_f64_f64_16x8x8",
+               "rw_ceiling_f64_f64_16x8x16")
 #: the probe each GEMM dtype's WMMA kernels are measured against (b1: the 8x8x128 kernel's)
 CEILING_OF = {"float16": "rw_ceiling_f16_f32_16x16x16",
               "bfloat16": "rw_ceiling_bf16_f32_16x16x16",
@@ -63,7 +69,8 @@ GEMMS = (("float16", 4096), ("float16", 8192), ("bfloat16", 4096), ("bfloat16", 
 MMA_CEILING = {("bit", 128): "rw_ceiling_b1and_s32_16x8x128",
                ("bit", 256): "rw_ceiling_b1and_s32_16x8x256",
                ("int8", 32): "rw_ceiling_s8_s32_16x8x32",
-               ("float32", 8): "rw_ceiling_tf32_f32_16x8x8"}
+               ("float32", 8): "rw_ceiling_tf32_f32_16x8x8",
+               ("float64", 4): "rw_ceiling_f64_f64_16x8x4"}
 WARPS_PER_BLOCK = 8
 CHAINS = 8
 
@@ -104,6 +111,8 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
     warps = grid * WARPS_PER_BLOCK
     rows = {}
     for name, (dtype, m, n, k, fill) in PROBES.items():
+        if name in SM90_PROBES and major < 9:
+            continue
         compiled = nvrtc.compile_cubin(source_path("ceiling.cu"), name, f"sm_{major}{minor}",
                                        [f"RW_ONLY={name}"])
         function = driver.load(compiled.path.read_bytes(), name, device)
@@ -145,7 +154,7 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
 
     a, b = _filled(dtype, size * size, "cuda"), _filled(dtype, size * size, "cuda")
     a, b = a.view(size, size), b.view(size, size)
-    if dtype in ("int8", "float32"):
+    if dtype in ("int8", "float32", "float64"):
         # the PTX kernel of these types takes B column-major (as cuBLASLt's int8 kernels want
         # it): ours gets that layout, torch both, and the faster torch call is the yardstick
         b_col = b.t().contiguous().t()

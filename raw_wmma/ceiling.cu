@@ -12,8 +12,9 @@
 // WMMA: f16 and bf16 (16x16x16, f32 accumulators), tf32 (16x16x8), s8 (16x16x16, s32), f64
 // (8x8x4) and b1 (8x8x128, AND + popcount). PTX mma.sync, whose fragments are registers (common.cuh
 // gives their layout): m16n8k128 and m16n8k256 .b1 AND + popcount, m16n8k32 .s8 and m16n8k8
-// .tf32, the instructions of the K-major GEMM (mma_kmajor.cu). Any bits serve a ceiling, so each
-// thread reads its registers from a and b in order.
+// .tf32, the instructions of the K-major GEMM (mma_kmajor.cu), and the f64 m16n8k4 / k8 / k16
+// of sm_90 (built for sm_80 they trap: the instruction does not exist there). Any bits serve a
+// ceiling, so each thread reads its registers from a and b in order.
 //
 // One templated body per kind (wmma_ceiling, ptx_ceiling); the extern "C" entry points below
 // name each instance and share one signature: (a, b, out, iterations).
@@ -63,17 +64,18 @@ __device__ __forceinline__ void wmma_ceiling(const void* a, const void* b, void*
                             wmma::mem_row_major);
 }
 
-// Mma: one of common.cuh's PTX instructions (MmaB1And<KBITS>, MmaS8, MmaTf32).
+// Mma: one of common.cuh's PTX instructions (MmaB1And<KBITS>, MmaS8, MmaTf32, MmaF64<K>).
 template <typename Mma>
 __device__ __forceinline__ void ptx_ceiling(const void* a, const void* b, void* out,
                                             int iterations) {
     using Acc = typename Mma::Acc;
     const int lane = threadIdx.x % 32;
-    unsigned ra[Mma::kA], rb[Mma::kB];
+    using Reg = typename Mma::Reg;
+    Reg ra[Mma::kA], rb[Mma::kB];
 #pragma unroll
-    for (int i = 0; i < Mma::kA; ++i) ra[i] = static_cast<const unsigned*>(a)[lane * Mma::kA + i];
+    for (int i = 0; i < Mma::kA; ++i) ra[i] = static_cast<const Reg*>(a)[lane * Mma::kA + i];
 #pragma unroll
-    for (int i = 0; i < Mma::kB; ++i) rb[i] = static_cast<const unsigned*>(b)[lane * Mma::kB + i];
+    for (int i = 0; i < Mma::kB; ++i) rb[i] = static_cast<const Reg*>(b)[lane * Mma::kB + i];
     Acc acc[kChains][4];
 #pragma unroll
     for (int c = 0; c < kChains; ++c)
@@ -121,3 +123,6 @@ RW_CEILING(rw_ceiling_b1and_s32_16x8x128, rw::ptx_ceiling<rw::MmaB1And<128>>)
 RW_CEILING(rw_ceiling_b1and_s32_16x8x256, rw::ptx_ceiling<rw::MmaB1And<256>>)
 RW_CEILING(rw_ceiling_s8_s32_16x8x32, rw::ptx_ceiling<rw::MmaS8>)
 RW_CEILING(rw_ceiling_tf32_f32_16x8x8, rw::ptx_ceiling<rw::MmaTf32>)
+RW_CEILING(rw_ceiling_f64_f64_16x8x4, rw::ptx_ceiling<rw::MmaF64<4>>)
+RW_CEILING(rw_ceiling_f64_f64_16x8x8, rw::ptx_ceiling<rw::MmaF64<8>>)
+RW_CEILING(rw_ceiling_f64_f64_16x8x16, rw::ptx_ceiling<rw::MmaF64<16>>)

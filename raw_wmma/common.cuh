@@ -191,10 +191,12 @@ __device__ __forceinline__ void grouped_tile(int M, int N, int& m0, int& n0) {
 // bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8 or m16n8k8 tf32 (kA 4, kB 2), or
 // two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is what an element's bits
 // need before it (tf32: rounding to nearest, ties away, as __float_to_tf32; else nothing).
+// Reg: the type of one fragment register (MmaF64's are doubles, see there).
 template <int KBITS>
 struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc
     static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");
     using Acc = int;
+    using Reg = unsigned;
     static constexpr int kA = KBITS / 64, kB = KBITS / 128;
     __device__ __forceinline__ static void operand(unsigned&) {}
     __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[kA],
@@ -219,6 +221,7 @@ struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.p
 #define RW_MMA_INT8(NAME, T)                                                                  \
     struct NAME {                                                                             \
         using Acc = int;                                                                      \
+        using Reg = unsigned;                                                                 \
         static constexpr int kA = 4, kB = 2;                                                  \
         __device__ __forceinline__ static void operand(unsigned&) {}                          \
         __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[4],      \
@@ -235,6 +238,7 @@ RW_MMA_INT8(MmaU8, "u8")
 
 struct MmaTf32 {  // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
     using Acc = float;
+    using Reg = unsigned;
     static constexpr int kA = 4, kB = 2;
     __device__ __forceinline__ static void operand(unsigned& r) {
         asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(r)));
@@ -246,6 +250,47 @@ struct MmaTf32 {  // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
             "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+// mma.sync.aligned.m16n8k<K>.row.col.f64.f64.f64.f64 (K = 4, 8 or 16; sm_90): fragments of
+// doubles, A in K / 2 registers, register i holding row g + 8 * (i % 2), column t + 4 * (i / 2);
+// B in K / 4, register j holding row t + 4 * j, column g; C and D as above. Before sm_90 the
+// instruction does not exist and step() traps.
+template <int K>
+struct MmaF64 {
+    static_assert(K == 4 || K == 8 || K == 16, "m16n8k4, m16n8k8 or m16n8k16");
+    using Acc = double;
+    using Reg = double;
+    static constexpr int kA = K / 2, kB = K / 4;
+    __device__ __forceinline__ static void operand(double&) {}
+    __device__ __forceinline__ static void step(double (&c)[4], const double (&a)[kA],
+                                                const double (&b)[kB]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        if constexpr (K == 4) {
+            asm volatile(
+                "mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 "
+                "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};\n"
+                : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                : "d"(a[0]), "d"(a[1]), "d"(b[0]));
+        } else if constexpr (K == 8) {
+            asm volatile(
+                "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 "
+                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+        } else {
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 "
+                "{%0, %1, %2, %3}, {%4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, "
+                "{%0, %1, %2, %3};\n"
+                : "+d"(c[0]), "+d"(c[1]), "+d"(c[2]), "+d"(c[3])
+                : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]),
+                  "d"(a[7]), "d"(b[0]), "d"(b[1]), "d"(b[2]), "d"(b[3]));
+        }
+#else
+        __trap();
+#endif
     }
 };
 

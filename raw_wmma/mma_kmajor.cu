@@ -41,7 +41,7 @@ constexpr int kKRowBytes = kKChunks * 16;  // one k-tile: 128 bytes of K
 template <typename Mma, int ELEM, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
 struct KMajorGemm {
     using Acc = typename Mma::Acc;
-    struct alignas(8) Pair {  // two neighbouring outputs: one 8-byte store
+    struct alignas(2 * sizeof(Acc)) Pair {  // two neighbouring outputs: one store
         Acc x, y;
     };
     static constexpr int kThreads = WARPS_M * WARPS_N * 32;
@@ -50,8 +50,12 @@ struct KMajorGemm {
     static constexpr int kStageBytes = (BM + BN) * kKRowBytes;
     static constexpr int kSmemBytes = STAGES * kStageBytes;
     static constexpr int kRowsPerPass = kThreads / kKChunks;
-    static_assert(Mma::kA == 2 * Mma::kB && (Mma::kA == 2 || Mma::kA == 4),
-                  "32 bytes of K per row: one instruction of 4 A registers or two of 2");
+    // ldmatrix feeds the 32-bit kinds; f64 fragments are read as doubles
+    static constexpr bool kLdsm = Same<typename Mma::Reg, unsigned>::value;
+    static_assert(kLdsm ? Mma::kA == 2 * Mma::kB && (Mma::kA == 2 || Mma::kA == 4)
+                        : Mma::kA == 2 && Mma::kB == 1,
+                  "32 bytes of K per row: one instruction of 4 32-bit A registers or two of "
+                  "2, or one f64 m16n8k4");
     static_assert(WTM % 16 == 0 && WTN % 16 == 0, "whole x4 loads of A and B per warp");
     static_assert(BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0, "whole copy passes");
     static_assert(STAGES >= 2, "a multi-stage pipeline");
@@ -97,8 +101,9 @@ struct KMajorGemm {
     }
 
     // One output through the epilogue: int32 (b1, s8, u8) as write_element<int> computes it;
-    // float32 (tf32, whose C and D are float32) in double, without write_element's switch
-    // over element codes (which puts the accumulators in local memory).
+    // float32 (tf32) and float64, whose C and D have the accumulators' type, in double,
+    // without write_element's switch over element codes (which puts the accumulators in
+    // local memory).
     __device__ __forceinline__ static void store(const Epilogue& ep, int bi, int gm, int gn,
                                                  int M, int N, Acc v) {
         if constexpr (Same<Acc, int>::value) {
@@ -106,10 +111,63 @@ struct KMajorGemm {
         } else {
             double r = ep.alpha * v;
             if (ep.c != nullptr && ep.beta != 0.0)
-                r += ep.beta * static_cast<const float*>(ep.c)[bi * ep.sbc + gm * ep.scm +
-                                                               gn * ep.scn];
-            static_cast<float*>(ep.d)[(static_cast<long long>(bi) * M + gm) * N + gn] =
-                static_cast<float>(r);
+                r += ep.beta * static_cast<const Acc*>(ep.c)[bi * ep.sbc + gm * ep.scm +
+                                                             gn * ep.scn];
+            static_cast<Acc*>(ep.d)[(static_cast<long long>(bi) * M + gm) * N + gn] =
+                static_cast<Acc>(r);
+        }
+    }
+
+    // One 32-byte step of K (chunks ks and ks + 1 of a stage) into the accumulators of the
+    // warp whose tile starts at (wm, wn).
+    __device__ __forceinline__ static void step(Acc (&acc)[MI][NI][4],
+                                                const unsigned char* stage, int ks, int wm,
+                                                int wn, int lane) {
+        if constexpr (kLdsm) {
+            // ldmatrix rows of this lane: A row (lane % 16) at chunk ks + lane / 16; B column
+            // (lane % 8) + 8 * (lane / 16) at chunk ks + (lane / 8) % 2.
+            const int a_row = wm + lane % 16, a_chunk = ks + lane / 16;
+            const int b_row = BM + wn + lane % 8 + 8 * (lane / 16), b_chunk = ks + (lane / 8) % 2;
+            unsigned fa[MI][4];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                ldmatrix_x4(fa[i], stage + swizzled(a_row + i * 16, a_chunk));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) Mma::operand(fa[i][e]);
+            }
+            // B a pair of 8-column blocks at a time: four registers live, not 2 * NI
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {
+                unsigned r[4];
+                ldmatrix_x4(r, stage + swizzled(b_row + j * 8, b_chunk));
+#pragma unroll
+                for (int e = 0; e < 4; ++e) Mma::operand(r[e]);
+                const unsigned left[2] = {r[0], r[1]}, right[2] = {r[2], r[3]};
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    mma(acc[i][j], fa[i], left);
+                    mma(acc[i][j + 1], fa[i], right);
+                }
+            }
+        } else {
+            // f64 m16n8k4: one double per register, read with 8-byte shared loads: A rows g
+            // and g + 8 and B column g, bytes 8 * t .. of the step (chunk ks + t / 2). The
+            // eight rows of a load sit in eight different swizzled chunks: no bank conflict.
+            const int g = lane / 4, t = lane % 4, chunk = ks + t / 2, off = 8 * (t % 2);
+            double fa[MI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    fa[i][h] = *reinterpret_cast<const double*>(
+                        stage + swizzled(wm + i * 16 + g + 8 * h, chunk) + off);
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const double fb[1] = {*reinterpret_cast<const double*>(
+                    stage + swizzled(BM + wn + j * 8 + g, chunk) + off)};
+#pragma unroll
+                for (int i = 0; i < MI; ++i) Mma::step(acc[i][j], fa[i], fb);
+            }
         }
     }
 
@@ -124,12 +182,8 @@ struct KMajorGemm {
         const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
         const int KT = (kbytes + kKRowBytes - 1) / kKRowBytes;
         const bool mn_full = m0 + BM <= M && n0 + BN <= N;
-        // ldmatrix rows of this lane: A row (lane % 16) at chunk + lane / 16; B column
-        // (lane % 8) + 8 * (lane / 16) at chunk + (lane / 8) % 2.
-        const int a_row = wm + lane % 16, a_hi = lane / 16;
-        const int b_row = BM + wn + lane % 8 + 8 * (lane / 16), b_hi = (lane / 8) % 2;
         const bool plain = ep.c == nullptr && ep.alpha == 1.0 && N % 2 == 0 &&
-                           reinterpret_cast<unsigned long long>(ep.d) % 8 == 0;
+                           reinterpret_cast<unsigned long long>(ep.d) % sizeof(Pair) == 0;
 
         for (int bi = blockIdx.y; bi < batch; bi += gridDim.y) {
             const unsigned char* A = a + bi * sba * ELEM;
@@ -162,27 +216,7 @@ struct KMajorGemm {
                 const unsigned char* stage = smem + (kt % STAGES) * kStageBytes;
 #pragma unroll 1
                 for (int ks = 0; ks < kKChunks; ks += 2) {
-                    unsigned fa[MI][4];
-#pragma unroll
-                    for (int i = 0; i < MI; ++i) {
-                        ldmatrix_x4(fa[i], stage + swizzled(a_row + i * 16, ks + a_hi));
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) Mma::operand(fa[i][e]);
-                    }
-                    // B a pair of 8-column blocks at a time: four registers live, not 2 * NI
-#pragma unroll
-                    for (int j = 0; j < NI; j += 2) {
-                        unsigned r[4];
-                        ldmatrix_x4(r, stage + swizzled(b_row + j * 8, ks + b_hi));
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) Mma::operand(r[e]);
-                        const unsigned left[2] = {r[0], r[1]}, right[2] = {r[2], r[3]};
-#pragma unroll
-                        for (int i = 0; i < MI; ++i) {
-                            mma(acc[i][j], fa[i], left);
-                            mma(acc[i][j + 1], fa[i], right);
-                        }
-                    }
+                    step(acc, stage, ks, wm, wn, lane);
                 }
             }
             cp_async_wait<0>();
@@ -242,3 +276,7 @@ RW_MMA(rw_mma_b1and_m16n8k128_128x256_s4, rw::MmaB1And<128>, 1, 128, 256, 2, 4, 
 RW_MMA_TILES(rw_mma_s8_m16n8k32, rw::MmaS8, 1)
 RW_MMA_TILES(rw_mma_u8_m16n8k32, rw::MmaU8, 1)
 RW_MMA_TILES(rw_mma_tf32_m16n8k8, rw::MmaTf32, 4)
+// f64 (sm_90): warp tiles of 64 x 32 and 32 x 64, whose 64 double accumulators fit
+RW_MMA(rw_mma_f64_m16n8k4_128x128_s4, rw::MmaF64<4>, 8, 128, 128, 2, 4, 4)
+RW_MMA(rw_mma_f64_m16n8k4_128x64_s4, rw::MmaF64<4>, 8, 128, 64, 2, 2, 4)
+RW_MMA(rw_mma_f64_m16n8k4_64x128_s4, rw::MmaF64<4>, 8, 64, 128, 2, 2, 4)

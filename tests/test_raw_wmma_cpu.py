@@ -110,6 +110,12 @@ def builds(tmp_path_factory):
     return {(s, a): (report, sass) for s, a, report, sass in results}
 
 
+def sm90_only(name: str) -> bool:
+    """Whether an entry point's instruction exists only from sm_90 on (the f64 m16n8k*
+    mma.sync): built for sm_80 its body traps."""
+    return "f64" in name and ("_16x8x" in name or "_m16n8k" in name)
+
+
 def expected_family(name: str) -> str | None:
     """The tensor-core instruction family an entry point must contain (None for the dot and
     the staging copy)."""
@@ -148,6 +154,9 @@ def test_every_instantiation_uses_its_tensor_instruction(builds):
     for source, arch, name in _all_entries(builds):
         family = expected_family(name)
         sass = builds[(source, arch)][1].get(name, "")
+        if sm90_only(name) and arch < "sm_90":
+            assert "BPT.TRAP" in sass and not re.search(r"\b[HIBD]MMA\.", sass), name
+            continue
         if family and not re.search(rf"\b{family}\.", sass):
             missing.append(f"{name} {arch}: no {family}")
         others = {"HMMA", "IMMA", "DMMA", "BMMA"} - {family}
@@ -191,13 +200,13 @@ def test_sass_details(builds):
 
 #: the SASS instruction each kind of the PTX K-major kernel exists for
 MMA_SASS = {"b1and": "BMMA.168{k}.AND.POPC", "s8": "IMMA.16832.S8.S8", "u8": "IMMA.16832.U8.U8",
-            "tf32": "HMMA.1688.F32.TF32"}
+            "tf32": "HMMA.1688.F32.TF32", "f64": "DMMA.16x8x4"}
 
 
 def _mma_problem(kind: str, **kw):
     if kind == "b1and":
         return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
-    dtype = {"s8": "int8", "u8": "uint8", "tf32": "float32"}[kind]
+    dtype = {"s8": "int8", "u8": "uint8", "tf32": "float32", "f64": "float64"}[kind]
     return synthetic(256, 256, 512, dtype, b_layout="col",
                      precision="tf32" if kind == "tf32" else None, **kw)
 
@@ -207,8 +216,9 @@ def _mma_problem(kind: str, **kw):
 @needs_cuobjdump
 def test_ptx_mma_kernels_sass(builds):
     """Each PTX K-major kernel issues the mma.sync of its kind and name (and no other tensor
-    instruction: none of WMMA's 8x8x128 for b1), loads its fragments with ldmatrix, copies
-    with 16-byte cp.async (zero-filling at the edges) and stores D pairwise; tf32 rounds its
+    instruction: none of WMMA's 8x8x128 for b1), loads its fragments with ldmatrix (f64: with
+    8-byte shared loads), copies with 16-byte cp.async (zero-filling at the edges) and stores
+    D pairwise (f64 built for sm_80 traps: its instruction is sm_90's); tf32 rounds its
     operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
     tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
     for arch in ARCHS:
@@ -217,13 +227,18 @@ def test_ptx_mma_kernels_sass(builds):
                              for kind, tiles in rw.MMA_TILES.items() for name in tiles}
         for name, text in sass.items():
             kind = name.split("_")[2]
+            if sm90_only(name) and arch < "sm_90":
+                assert "BPT.TRAP" in text and "DMMA" not in text, f"{name} {arch}"
+                continue
             k = re.search(r"m16n8k(\d+)", name).group(1)
             want = MMA_SASS[kind].format(k=k)
             assert want in text, f"{name} {arch}: no {want}"
             assert len(set(re.findall(r"\b[HIBD]MMA\.[\w.]+", text))) == 1, f"{name} {arch}"
-            assert "LDSM.16.M88.4" in text, f"{name} {arch}: fragments not from ldmatrix"
+            loads, pair = ("LDS.64", "STG.E.128") if kind == "f64" else ("LDSM.16.M88.4",
+                                                                          "STG.E.64")
+            assert loads in text, f"{name} {arch}: fragments not loaded with {loads}"
             assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
-            assert "STG.E.64" in text, f"{name} {arch}: no paired store"
+            assert pair in text, f"{name} {arch}: no paired store"
             rounds = re.search(r"FSETP\.GEU\.AND .*\|R\d+\|.*\+INF", text) is not None
             assert rounds == (kind == "tf32"), f"{name} {arch}: rounding"
 
@@ -231,13 +246,16 @@ def test_ptx_mma_kernels_sass(builds):
 def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
     backend = rw.create()
     wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw.FRAGS["int8"]],
-            "u8": [f"wmma_{f}" for f in rw.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"]}
+            "u8": [f"wmma_{f}" for f in rw.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"],
+            "f64": ["wmma_8x8x4"]}
     for kind, tiles in rw.MMA_TILES.items():
         assert [c.name for c in backend.configs(_mma_problem(kind))] == [*tiles, *wmma[kind]]
         first = next(iter(tiles))
         kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
         assert kernel.threads == 256 and kernel.source == "mma_kmajor.cu"
+    assert "sm_90" in rw.mma_eligible(_mma_problem("f64", cc=(8, 0)))
+    assert rw.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
     assert rw.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
         "rw_mma_b1and_m16n8k256_128x256_s4"
     with pytest.raises(InvalidArgument, match="mma_m16n8k32_128x256_s4"):
@@ -274,7 +292,10 @@ CEILING_INSTRUCTIONS = {
     "rw_ceiling_b1and_s32_16x8x128": r"BMMA\.168128\.AND\.POPC ",
     "rw_ceiling_b1and_s32_16x8x256": r"BMMA\.168256\.AND\.POPC ",
     "rw_ceiling_s8_s32_16x8x32": r"IMMA\.16832\.S8\.S8 ",
-    "rw_ceiling_tf32_f32_16x8x8": r"HMMA\.1688\.F32\.TF32 "}
+    "rw_ceiling_tf32_f32_16x8x8": r"HMMA\.1688\.F32\.TF32 ",
+    "rw_ceiling_f64_f64_16x8x4": r"DMMA\.16x8x4 ",
+    "rw_ceiling_f64_f64_16x8x8": r"DMMA\.16x8x8 ",
+    "rw_ceiling_f64_f64_16x8x16": r"DMMA\.16x8x16 "}
 
 
 @pytest.mark.slow
@@ -288,6 +309,9 @@ def test_ceiling_probes_run_their_instruction_from_registers(builds):
         assert set(sass) == set(CEILING_INSTRUCTIONS), arch
         for name, pattern in CEILING_INSTRUCTIONS.items():
             text = sass[name]
+            if sm90_only(name) and arch < "sm_90":
+                assert "BPT.TRAP" in text and "DMMA" not in text, f"{name} {arch}"
+                continue
             assert len(re.findall(pattern, text)) >= 8, f"{name} {arch}: fewer than 8 {pattern}"
             lines = text.splitlines()
             mma = [i for i, line in enumerate(lines) if re.search(pattern, line)]
@@ -314,6 +338,7 @@ def test_the_ceiling_benchmark_launches_every_probe_as_its_name_says():
     assert set(bench.PROBES) == entries == set(CEILING_INSTRUCTIONS)
     for name, (_, m, n, k, _) in bench.PROBES.items():
         assert name.endswith(f"_{m}x{n}x{k}")
+    assert set(bench.SM90_PROBES) == {n for n in bench.PROBES if "f64" in n and "_16x8x" in n}
     assert {dtype for dtype, _ in bench.GEMMS} | {"bit"} == set(bench.CEILING_OF)
     assert all(bench.PROBES[probe][0] == dtype for dtype, probe in bench.CEILING_OF.items())
     assert bench.CHAINS == 8 and bench.WARPS_PER_BLOCK * 32 == 256  # ceiling.cu's constants
@@ -378,7 +403,7 @@ def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
             size = rw.mma_smem_bytes(bm, bn, st)
             assert size <= 227 * 1024
             mma = {"b1and": f"rw::MmaB1And<{k}>, 1", "s8": "rw::MmaS8, 1", "u8": "rw::MmaU8, 1",
-                   "tf32": "rw::MmaTf32, 4"}[kind]
+                   "tf32": "rw::MmaTf32, 4", "f64": "rw::MmaF64<4>, 8"}[kind]
             lines.append(f"static_assert(rw::KMajorGemm<{mma}, {bm}, {bn}, {wm}, {wn}, {st}>::"
                          f"kSmemBytes == {size}, \"{kind} smem {bm}x{bn} s{st}\");")
     src = tmp_path / "smem_check.cu"
