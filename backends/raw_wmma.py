@@ -84,9 +84,9 @@ MMA_TILES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
     for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("tf32", 8))}
 MMA_TILES["b1and"]["mma_m16n8k128_128x256_s4"] = (128, *_MMA_TILES["128x256_s4"])
 # f64: warp tiles of 64 x 32 and 32 x 64 (64 double accumulators per thread)
-MMA_TILES["f64"] = {"mma_m16n8k4_128x128_s4": (4, 128, 128, 2, 4, 4),
-                    "mma_m16n8k4_128x64_s4": (4, 128, 64, 2, 2, 4),
-                    "mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4)}
+MMA_TILES["f64"] = {"mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4),
+                    "mma_m16n8k4_128x128_s4": (4, 128, 128, 2, 4, 4),
+                    "mma_m16n8k4_128x64_s4": (4, 128, 64, 2, 2, 4)}
 #: bytes of K each stage of the K-major kernel holds per row
 MMA_ROW_BYTES = 128
 
