@@ -253,7 +253,9 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
         first = next(iter(tiles))
         kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
-        assert kernel.threads == 256 and kernel.source == "mma_kmajor.cu"
+        _, bm, bn, wm, wn, stages = tiles[first]
+        assert kernel.threads == wm * wn * 32 and kernel.source == "mma_kmajor.cu"
+        assert kernel.tile == (bm, bn) and kernel.smem == rw.mma_smem_bytes(bm, bn, stages)
     assert "sm_90" in rw.mma_eligible(_mma_problem("f64", cc=(8, 0)))
     assert rw.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
     assert rw.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
