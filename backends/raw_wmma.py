@@ -15,9 +15,13 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   (see :mod:`multibackend.packing`).
 - ``mma_kmajor.cu``: the PTX mma.sync GEMM on K-contiguous operands (A row-major, B
   column-major, 16-byte aligned rows), register fragments loaded by ldmatrix from a cp.async
-  pipeline: b1 AND (``m16n8k256`` or ``m16n8k128``), s8 and u8 (``m16n8k32``, int32 out),
-  tf32 (``m16n8k8``, float32 out) and, on sm_90, f64 (``m16n8k4``, fragments read with 8-byte
-  shared loads). Configs ``mma_*``; other products of those types take the WMMA kernels.
+  pipeline, two steps' fragments in registers: b1 AND (``m16n8k256`` or ``m16n8k128``), s8 and
+  u8 (``m16n8k32``, int32 out), f16 and bf16 (``m16n8k16``, float32 accumulation), tf32
+  (``m16n8k8``, float32 out) and, on sm_90, f64 (``m16n8k4``, fragments read with 8-byte
+  shared loads). Configs ``mma_*``. On sm_90a the same pipeline feeds warpgroups' ``wgmma``
+  (b1 AND, s8, u8, f16, bf16, tf32), which read both operands from the swizzled stages
+  through shared memory descriptors. Configs ``wgmma_*``; other products of those types take
+  the WMMA kernels.
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
@@ -71,7 +75,8 @@ FAST_TILES = {
 FAST_PAD = 8
 
 #: the PTX K-major kernel's kind for each input type (b1: AND products only)
-MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float32": "tf32", "float64": "f64"}
+MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float16": "f16", "bfloat16": "bf16",
+             "float32": "tf32", "float64": "f64"}
 #: kinds whose instruction exists from sm_90 on (f64 m16n8k4)
 MMA_SM90 = ("f64",)
 _MMA_TILES = {"128x256_s4": (128, 256, 2, 4, 4), "256x128_s4": (256, 128, 4, 2, 4),
@@ -81,7 +86,8 @@ _MMA_TILES = {"128x256_s4": (128, 256, 2, 4, 4), "256x128_s4": (256, 128, 4, 2, 
 #: raw_wmma/mma_kmajor.cu)
 MMA_TILES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
     kind: {f"mma_m16n8k{k}_{tile}": (k, *shape) for tile, shape in _MMA_TILES.items()}
-    for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("tf32", 8))}
+    for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("f16", 16), ("bf16", 16),
+                    ("tf32", 8))}
 MMA_TILES["b1and"]["mma_m16n8k128_128x256_s4"] = (128, *_MMA_TILES["128x256_s4"])
 # f64: warp tiles of 64 x 32 and 32 x 64 (64 double accumulators per thread)
 MMA_TILES["f64"] = {"mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4),
@@ -89,6 +95,15 @@ MMA_TILES["f64"] = {"mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4),
                     "mma_m16n8k4_128x64_s4": (4, 128, 64, 2, 2, 4)}
 #: bytes of K each stage of the K-major kernel holds per row
 MMA_ROW_BYTES = 128
+#: kinds the warpgroup (wgmma) K-major kernel computes (sm_90a; wgmma has no f64)
+WGMMA_KINDS = ("b1and", "s8", "u8", "f16", "bf16", "tf32")
+#: warpgroup K-major tiles: name -> (BM, BN, stages), one warp per 16 rows; the default first
+#: (kept in step with RW_WGMMA_TILES in raw_wmma/mma_kmajor.cu)
+WGMMA_TILES = {"wgmma_256x128_s4": (256, 128, 4), "wgmma_128x256_s4": (128, 256, 4)}
+#: the compute capability whose architecture-specific target (sm_90a) has wgmma
+WGMMA_CC = (9, 0)
+#: the bytes the warpgroup kernel's stages may need to start on a 1024-byte boundary
+WGMMA_ALIGN = 1024
 
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
@@ -164,7 +179,8 @@ def _capability() -> Capability:
         DtypeRule("float32", accs=("float32",), outs=("float32",), min_cc=MIN_CC,
                   precisions=("tf32",),
                   note="float32 operands are rounded to tf32 (__float_to_tf32) in the WMMA "
-                       "fragments"),
+                       "and mma.sync fragments; the wgmma kernel's tensor cores ignore their "
+                       "low 13 bits (truncation)"),
         DtypeRule("float64", accs=("float64",), outs=("float64",), min_cc=MIN_CC),
         DtypeRule("int8", accs=i32, outs=i32, min_cc=MIN_CC),
         DtypeRule("uint8", accs=i32, outs=i32, min_cc=MIN_CC),
@@ -217,6 +233,9 @@ def mma_kind(problem: Problem) -> str | None:
         return "b1and" if problem.packed == "bit" and problem.bitop == "and" else None
     if problem.in_dtype == "float32" and problem.precision != "tf32":
         return None
+    if problem.in_dtype in ("float16", "bfloat16") and (
+            problem.acc != "float32" or problem.d_dtype not in (problem.in_dtype, "float32")):
+        return None
     return MMA_KINDS.get(problem.in_dtype)
 
 
@@ -225,8 +244,9 @@ def mma_eligible(problem: Problem) -> str | None:
     kind = mma_kind(problem)
     if kind is None:
         return ("the PTX mma.sync kernel computes AND popcounts of bit-packed operands, int8 "
-                "and uint8 products, tf32 float32 products and float64 products, without "
-                "saturation")
+                "and uint8 products, float16 and bfloat16 products accumulated in float32 "
+                "(D in their type or float32), tf32 float32 products and float64 products, "
+                "without saturation")
     if problem.cc is not None and problem.cc < MIN_CC:
         return "mma.sync and cp.async need sm_80+"
     if kind in MMA_SM90 and problem.cc is not None and problem.cc < (9, 0):
@@ -242,9 +262,22 @@ def mma_eligible(problem: Problem) -> str | None:
     return None
 
 
-def mma_smem_bytes(bm: int, bn: int, stages: int) -> int:
-    """Dynamic shared memory of a PTX K-major kernel instance (KMajorGemm::kSmemBytes)."""
-    return stages * (bm + bn) * MMA_ROW_BYTES
+def wgmma_eligible(problem: Problem) -> str | None:
+    """None when the warpgroup (wgmma) K-major kernel can run ``problem``, else why not."""
+    if why := mma_eligible(problem):
+        return why
+    kind = mma_kind(problem)
+    if kind not in WGMMA_KINDS:
+        return f"wgmma has no {kind} instruction"
+    if problem.cc is not None and problem.cc != WGMMA_CC:
+        major, minor = problem.cc
+        return f"wgmma needs sm_90a (this GPU is sm_{major}{minor})"
+    return None
+
+
+def mma_smem_bytes(bm: int, bn: int, stages: int, warpgroup: bool = False) -> int:
+    """Dynamic shared memory of a K-major kernel instance (KMajorGemm::kSmemBytes)."""
+    return stages * (bm + bn) * MMA_ROW_BYTES + (WGMMA_ALIGN if warpgroup else 0)
 
 
 def _lay(op: Operand) -> str:
@@ -253,13 +286,15 @@ def _lay(op: Operand) -> str:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One entry point: its source file, name, block size and dynamic shared memory."""
+    """One entry point: its source file, name, block size and dynamic shared memory, and the
+    suffix of the target it needs ("a": sm_90a's architecture-specific instructions)."""
 
     source: str
     name: str
     threads: int
     smem: int = 0
     tile: tuple[int, int] = (0, 0)
+    arch_suffix: str = ""
 
 
 def fast_smem_bytes(bm: int, bn: int, bk: int, stages: int, a_row: bool, b_row: bool) -> int:
@@ -293,6 +328,15 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       wm * wn * 32,
                       fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
                       (bm, bn))
+    if config.name in WGMMA_TILES:
+        why = wgmma_eligible(problem)
+        if why:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        bm, bn, stages = WGMMA_TILES[config.name]
+        return Kernel("mma_kmajor.cu",
+                      f"rw_wgmma_{mma_kind(problem)}_{config.name.removeprefix('wgmma_')}",
+                      bm // 16 * 32, mma_smem_bytes(bm, bn, stages, warpgroup=True), (bm, bn),
+                      "a")
     if config.name.startswith("mma_"):
         kind = mma_kind(problem)
         tiles = MMA_TILES.get(kind or "", {})
@@ -482,7 +526,7 @@ class RawWmmaBackend(Backend):
                     notes.append("b1 XOR has no tensor-core instruction on sm_90: bmma_sync "
                                  "XOR is emulated from AND (correct, not fast)")
 
-            if mma_kind(problem) and (why := mma_eligible(problem)):
+            if mma_kind(problem) and fast_eligible(problem) and (why := mma_eligible(problem)):
                 notes.append(f"WMMA kernel, not the PTX mma.sync one ({why})")
             if problem.saturate:
                 notes.append(_SATF_NOTE)
@@ -503,6 +547,9 @@ class RawWmmaBackend(Backend):
             return [Config.of(name, THREADS=DOT_THREADS, BLOCKS_PER_SM=bps)
                     for name, bps in BLOCKS_PER_SM.items()]
         out = []
+        if wgmma_eligible(problem) is None:
+            for name, (bm, bn, stages) in WGMMA_TILES.items():
+                out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16))
         fast = fast_eligible(problem)
         if fast is not None and problem.in_dtype in ("float16", "bfloat16"):
             # the fast kernel on staged copies (see :mod:`multibackend.staging`) comes first
@@ -522,8 +569,8 @@ class RawWmmaBackend(Backend):
 
     # -- compile and load --
 
-    def _function(self, problem: Problem, source: str, name: str,
-                  smem: int = 0) -> driver.Function:
+    def _function(self, problem: Problem, source: str, name: str, smem: int = 0,
+                  arch_suffix: str = "") -> driver.Function:
         device = problem.device_index
         key = (device, name)
         fn = self._functions.get(key)
@@ -532,7 +579,7 @@ class RawWmmaBackend(Backend):
                 fn = self._functions.get(key)
                 if fn is None:
                     compiled = nvrtc.compile_cubin(source_path(source), name,
-                                                   nvrtc.arch(device, problem.cc),
+                                                   nvrtc.arch(device, problem.cc) + arch_suffix,
                                                    [f"RW_ONLY={name}"])
                     fn = driver.load(compiled.path.read_bytes(), name, device, smem)
                     self._functions[key] = fn
@@ -546,7 +593,7 @@ class RawWmmaBackend(Backend):
                 self._function(problem, kernel.source, dot_kernel_name(problem, vec))
             self._function(problem, kernel.source, dot_final_name(problem))
         else:
-            self._function(problem, kernel.source, kernel.name, kernel.smem)
+            self._function(problem, kernel.source, kernel.name, kernel.smem, kernel.arch_suffix)
 
     # -- launch --
 
@@ -636,7 +683,7 @@ class RawWmmaBackend(Backend):
     def _bind_gemm(self, problem: Problem, kernel: Kernel,
                    ops: Operands) -> tuple[BoundLaunch, driver.Launch]:
         """The bound launch, and its :class:`~multibackend.driver.Launch`."""
-        fn = self._function(problem, kernel.source, kernel.name, kernel.smem)
+        fn = self._function(problem, kernel.source, kernel.name, kernel.smem, kernel.arch_suffix)
         args = driver.Arguments(kernel.name, GEMM_PARAMS[kernel.source],
                                 gemm_arguments(problem, ops, kernel))
         prepared = driver.Launch(fn, gemm_grid(problem, kernel), (kernel.threads, 1, 1),

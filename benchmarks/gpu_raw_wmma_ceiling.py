@@ -15,7 +15,7 @@ GEMMs (random non-zero operands, checked against float64 before they are timed, 
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and
 bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm, tf32 at
 8192^3 against torch.matmul with TF32 allowed and f64 at 4096^3 against torch.matmul (ours
-given B column-major, the layout of the PTX mma.sync kernel, torch given B row- and
+given B column-major, the layout of the PTX mma.sync kernels, torch given B row- and
 column-major: the faster is the yardstick), and the b1 AND GEMM at 8192 x 8192 x 65536 bits
 (``binary_matmul(op="and")``, no torch equivalent; B column-major) under each PTX config and
 the WMMA 8x8x128 kernel. Each of our rows is set against the ceiling of the instruction its
@@ -49,6 +49,8 @@ PROBES = {
     "rw_ceiling_b1and_s32_16x8x256": ("bit", 16, 8, 256, "int32"),
     "rw_ceiling_s8_s32_16x8x32": ("int8", 16, 8, 32, "int8"),
     "rw_ceiling_tf32_f32_16x8x8": ("float32", 16, 8, 8, "float32"),
+    "rw_ceiling_f16_f32_16x8x16": ("float16", 16, 8, 16, "float16"),
+    "rw_ceiling_bf16_f32_16x8x16": ("bfloat16", 16, 8, 16, "bfloat16"),
     "rw_ceiling_f64_f64_16x8x4": ("float64", 16, 8, 4, "float64"),
     "rw_ceiling_f64_f64_16x8x8": ("float64", 16, 8, 8, "float64"),
     "rw_ceiling_f64_f64_16x8x16": ("float64", 16, 8, 16, "float64"),
@@ -69,6 +71,8 @@ GEMMS = (("float16", 4096), ("float16", 8192), ("bfloat16", 4096), ("bfloat16", 
 MMA_CEILING = {("bit", 128): "rw_ceiling_b1and_s32_16x8x128",
                ("bit", 256): "rw_ceiling_b1and_s32_16x8x256",
                ("int8", 32): "rw_ceiling_s8_s32_16x8x32",
+               ("float16", 16): "rw_ceiling_f16_f32_16x8x16",
+               ("bfloat16", 16): "rw_ceiling_bf16_f32_16x8x16",
                ("float32", 8): "rw_ceiling_tf32_f32_16x8x8",
                ("float64", 4): "rw_ceiling_f64_f64_16x8x4"}
 WARPS_PER_BLOCK = 8
@@ -154,17 +158,15 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
 
     a, b = _filled(dtype, size * size, "cuda"), _filled(dtype, size * size, "cuda")
     a, b = a.view(size, size), b.view(size, size)
-    if dtype in ("int8", "float32", "float64"):
-        # the PTX kernel of these types takes B column-major (as cuBLASLt's int8 kernels want
-        # it): ours gets that layout, torch both, and the faster torch call is the yardstick
-        b_col = b.t().contiguous().t()
-        fn, what = ((torch._int_mm, "torch._int_mm") if dtype == "int8"
-                    else (torch.matmul, "torch.matmul"))
-        theirs = {f"{what} (B row-major)": lambda: fn(a, b),
-                  f"{what} (B column-major)": lambda: fn(a, b_col)}
-        b = b_col
-    else:
-        theirs = {"torch.matmul": lambda: torch.matmul(a, b)}
+    # the PTX kernel takes B column-major (the x @ W.T layout, and the one cuBLASLt's int8
+    # kernels want): ours gets that layout, torch both, and the faster torch call is the
+    # yardstick
+    b_col = b.t().contiguous().t()
+    fn, what = ((torch._int_mm, "torch._int_mm") if dtype == "int8"
+                else (torch.matmul, "torch.matmul"))
+    theirs = {f"{what} (B row-major)": lambda: fn(a, b),
+              f"{what} (B column-major)": lambda: fn(a, b_col)}
+    b = b_col
     options = {"precision": "tf32"} if dtype == "float32" else {}
     problem = synthetic(size, size, size, dtype, cc=torch.cuda.get_device_capability(),
                         **options)

@@ -64,7 +64,8 @@ __device__ __forceinline__ void wmma_ceiling(const void* a, const void* b, void*
                             wmma::mem_row_major);
 }
 
-// Mma: one of common.cuh's PTX instructions (MmaB1And<KBITS>, MmaS8, MmaTf32, MmaF64<K>).
+// Mma: one of common.cuh's PTX instructions (MmaB1And<KBITS>, MmaS8, MmaF16, MmaBf16,
+// MmaTf32, MmaF64<K>).
 template <typename Mma>
 __device__ __forceinline__ void ptx_ceiling(const void* a, const void* b, void* out,
                                             int iterations) {
@@ -123,6 +124,8 @@ RW_CEILING(rw_ceiling_b1and_s32_16x8x128, rw::ptx_ceiling<rw::MmaB1And<128>>)
 RW_CEILING(rw_ceiling_b1and_s32_16x8x256, rw::ptx_ceiling<rw::MmaB1And<256>>)
 RW_CEILING(rw_ceiling_s8_s32_16x8x32, rw::ptx_ceiling<rw::MmaS8>)
 RW_CEILING(rw_ceiling_tf32_f32_16x8x8, rw::ptx_ceiling<rw::MmaTf32>)
+RW_CEILING(rw_ceiling_f16_f32_16x8x16, rw::ptx_ceiling<rw::MmaF16>)
+RW_CEILING(rw_ceiling_bf16_f32_16x8x16, rw::ptx_ceiling<rw::MmaBf16>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x4, rw::ptx_ceiling<rw::MmaF64<4>>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x8, rw::ptx_ceiling<rw::MmaF64<8>>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x16, rw::ptx_ceiling<rw::MmaF64<16>>)

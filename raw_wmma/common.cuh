@@ -114,6 +114,19 @@ struct Epilogue {
 __device__ __forceinline__ double to_double(float v) { return v; }
 __device__ __forceinline__ double to_double(double v) { return v; }
 __device__ __forceinline__ double to_double(__half v) { return __half2float(v); }
+__device__ __forceinline__ double to_double(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// A result in D's element type: 16-bit floats rounded to nearest, the rest converted.
+template <typename Out, typename V>
+__device__ __forceinline__ Out out_cast(V v) {
+    if constexpr (Same<Out, __half>::value) {
+        return __float2half_rn(static_cast<float>(v));
+    } else if constexpr (Same<Out, __nv_bfloat16>::value) {
+        return __float2bfloat16_rn(static_cast<float>(v));
+    } else {
+        return static_cast<Out>(v);
+    }
+}
 
 // One output element D[b, m, n] = alpha * acc + beta * C[b, m, n] (floating accumulators).
 template <typename Acc>
@@ -138,17 +151,19 @@ __device__ __forceinline__ void write_element<int>(const Epilogue& e, int b, int
     static_cast<int*>(e.d)[(static_cast<long long>(b) * M + m) * N + n] = static_cast<int>(v);
 }
 
-// ---- cp.async, ldmatrix and block order (the pipelined kernels) -------------------------
+// ---- cp.async, ldmatrix, shared loads and block order (the pipelined kernels) -------------------------
 // A 16-byte cp.async copying src_bytes (0..16) and zero-filling the rest; the same copy of
-// all 16 bytes; committing and waiting for groups of copies.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+// all 16 bytes; committing and waiting for groups of copies. The destination is a shared
+// memory address (__cvta_generic_to_shared of a pointer, see shared_address).
+__device__ __forceinline__ unsigned shared_address(const void* smem) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(smem));
+}
+__device__ __forceinline__ void cp_async16(unsigned smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                  "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async16_full(void* smem, const void* gmem) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+__device__ __forceinline__ void cp_async16_full(unsigned smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -158,28 +173,47 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Four 8 x 8 matrices of 16-bit elements (8 rows of 16 bytes each) from shared memory: lane l
 // gives the address of row l % 8 of matrix l / 8 and receives, of each matrix i, the 32 bits
-// at row l / 4, bytes 4 * (l % 4) .. + 4 in r[i].
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* smem) {
-    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+// at row l / 4, bytes 4 * (l % 4) .. + 4 in r[i]. smem: a shared memory address.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned smem) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s)
+                 : "r"(smem)
                  : "memory");
+}
+
+// One double from a shared memory address.
+__device__ __forceinline__ double lds64(unsigned smem) {
+    double v;
+    asm volatile("ld.shared.f64 %0, [%1];\n" : "=d"(v) : "r"(smem) : "memory");
+    return v;
 }
 
 // Grouped block order: 8 block rows sweep the block columns together, so blocks that run at
 // the same time share the rows of A and the columns of B they read (L2 reuse). Block
-// blockIdx.x's tile corner (m0, n0) of an M x N output in BM x BN tiles.
+// `block`'s tile corner (m0, n0) of an M x N output in BM x BN tiles.
 template <int BM, int BN>
-__device__ __forceinline__ void grouped_tile(int M, int N, int& m0, int& n0) {
+__device__ __forceinline__ void grouped_tile(int M, int N, int block, int& m0, int& n0) {
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
     constexpr int kGroup = 8;
     const int per_group = kGroup * tiles_n;
-    const int first_m = (static_cast<int>(blockIdx.x) / per_group) * kGroup;
+    const int first_m = (block / per_group) * kGroup;
     const int group_m = min(tiles_m - first_m, kGroup);
-    const int in_group = static_cast<int>(blockIdx.x) % per_group;
+    const int in_group = block % per_group;
     m0 = (first_m + in_group % group_m) * BM;
     n0 = (in_group / group_m) * BN;
+}
+
+// threadIdx.x and blockIdx.x read anew: what an epilogue derives from them is computed after
+// the main loop instead of held in registers through it.
+__device__ __forceinline__ int fresh_thread() {
+    int r;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ int fresh_block() {
+    int r;
+    asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(r));
+    return r;
 }
 
 // ---- PTX mma.sync from registers (the K-major GEMM and its ceiling probes) --------------
@@ -188,15 +222,18 @@ __device__ __forceinline__ void grouped_tile(int M, int N, int& m0, int& n0) {
 // register i holding row g + 8 * (i % 2), bytes 16 * (i / 2) + 4 * t .. + 4; B (8 columns,
 // K-contiguous) in kB registers, register j holding column g, bytes 16 * j + 4 * t .. + 4; C and
 // D in 4 accumulators, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1. So 32
-// bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8 or m16n8k8 tf32 (kA 4, kB 2), or
-// two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is what an element's bits
+// bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8, m16n8k16 f16 / bf16 or m16n8k8
+// tf32 (kA 4, kB 2), or two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is what an element's bits
 // need before it (tf32: rounding to nearest, ties away, as __float_to_tf32; else nothing).
-// Reg: the type of one fragment register (MmaF64's are doubles, see there).
+// Reg: the type of one fragment register (MmaF64's are doubles, see there); Out: the type
+// the GEMM writes D in when D is plain.
 template <int KBITS>
 struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc
     static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");
     using Acc = int;
+    using Out = int;
     using Reg = unsigned;
+    static constexpr bool kWarpgroup = false;
     static constexpr int kA = KBITS / 64, kB = KBITS / 128;
     __device__ __forceinline__ static void operand(unsigned&) {}
     __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[kA],
@@ -217,41 +254,33 @@ struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.p
     }
 };
 
-// mma.sync.aligned.m16n8k32.row.col.s32.<T>.<T>.s32 for T = s8 or u8.
-#define RW_MMA_INT8(NAME, T)                                                                  \
+// The kinds of 4 A and 2 B 32-bit registers: mma.sync.aligned.<SHAPE> with accumulators of
+// ACC (register constraint R) written to D as OUT, and OPERAND the statement that prepares
+// each operand register r.
+#define RW_MMA_4X2(NAME, SHAPE, ACC, R, OUT, OPERAND)                                         \
     struct NAME {                                                                             \
-        using Acc = int;                                                                      \
+        using Acc = ACC;                                                                      \
+        using Out = OUT;                                                                      \
         using Reg = unsigned;                                                                 \
+        static constexpr bool kWarpgroup = false;                                             \
         static constexpr int kA = 4, kB = 2;                                                  \
-        __device__ __forceinline__ static void operand(unsigned&) {}                          \
-        __device__ __forceinline__ static void step(int (&c)[4], const unsigned (&a)[4],      \
+        __device__ __forceinline__ static void operand(unsigned& r) { OPERAND; }              \
+        __device__ __forceinline__ static void step(ACC (&c)[4], const unsigned (&a)[4],      \
                                                     const unsigned (&b)[2]) {                 \
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32." T "." T ".s32 "               \
-                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"  \
-                         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])                     \
+            asm volatile("mma.sync.aligned." SHAPE                                            \
+                         " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+                         : "+" R(c[0]), "+" R(c[1]), "+" R(c[2]), "+" R(c[3])                 \
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); \
         }                                                                                     \
     };
-RW_MMA_INT8(MmaS8, "s8")
-RW_MMA_INT8(MmaU8, "u8")
-#undef RW_MMA_INT8
-
-struct MmaTf32 {  // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32
-    using Acc = float;
-    using Reg = unsigned;
-    static constexpr int kA = 4, kB = 2;
-    __device__ __forceinline__ static void operand(unsigned& r) {
-        asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(r)));
-    }
-    __device__ __forceinline__ static void step(float (&c)[4], const unsigned (&a)[4],
-                                                const unsigned (&b)[2]) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-            "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
+RW_MMA_4X2(MmaS8, "m16n8k32.row.col.s32.s8.s8.s32", int, "r", int, (void)r)
+RW_MMA_4X2(MmaU8, "m16n8k32.row.col.s32.u8.u8.s32", int, "r", int, (void)r)
+// tf32: each element rounded to nearest, ties away, as __float_to_tf32
+RW_MMA_4X2(MmaTf32, "m16n8k8.row.col.f32.tf32.tf32.f32", float, "f", float,
+           asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(__uint_as_float(r))))
+RW_MMA_4X2(MmaF16, "m16n8k16.row.col.f32.f16.f16.f32", float, "f", __half, (void)r)
+RW_MMA_4X2(MmaBf16, "m16n8k16.row.col.f32.bf16.bf16.f32", float, "f", __nv_bfloat16, (void)r)
+#undef RW_MMA_4X2
 
 // mma.sync.aligned.m16n8k<K>.row.col.f64.f64.f64.f64 (K = 4, 8 or 16; sm_90): fragments of
 // doubles, A in K / 2 registers, register i holding row g + 8 * (i % 2), column t + 4 * (i / 2);
@@ -261,7 +290,9 @@ template <int K>
 struct MmaF64 {
     static_assert(K == 4 || K == 8 || K == 16, "m16n8k4, m16n8k8 or m16n8k16");
     using Acc = double;
+    using Out = double;
     using Reg = double;
+    static constexpr bool kWarpgroup = false;
     static constexpr int kA = K / 2, kB = K / 4;
     __device__ __forceinline__ static void operand(double&) {}
     __device__ __forceinline__ static void step(double (&c)[4], const double (&a)[kA],
@@ -293,5 +324,138 @@ struct MmaF64 {
 #endif
     }
 };
+
+// ---- wgmma (sm_90a: the K-major GEMM's warpgroup kinds) --------------------------------
+// A shared memory matrix descriptor of a K-major tile stored as common 128-byte rows in the
+// 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8), the tile on a 1024-byte
+// boundary): start address / 16 in bits 0-13, leading byte offset 1 (unused by K-major
+// swizzled layouts), stride byte offset 1024 / 16 (8 rows of 128 bytes to the next 8) in bits
+// 32-45, swizzle mode 1 (128 bytes) in bits 62-63. A step of `bytes` along K inside the
+// 128-byte rows adds wgmma_desc_offset(bytes) (the hardware applies the swizzle to the
+// address it forms).
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem) {
+    return static_cast<unsigned long long>((smem & 0x3FFFF) >> 4) | (1ull << 16) |
+           (64ull << 32) | (1ull << 62);
+}
+__host__ __device__ constexpr unsigned long long wgmma_desc_offset(int bytes) {
+    return static_cast<unsigned long long>(bytes >> 4);
+}
+// The tensor cores read shared memory through the async proxy: cp.async's writes are made
+// visible to it by each writing thread before the barrier that publishes them.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// The accumulator list of a wgmma of 128 registers and its descriptors' operands.
+#define RW_WG_REGS_128 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "\
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "\
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "\
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, "\
+    "%70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, "\
+    "%87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, "\
+    "%104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, "\
+    "%118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129"
+#define RW_WG_OUTS_128(R) \
+    "+" R(d[0]), "+" R(d[1]), "+" R(d[2]), "+" R(d[3]), "+" R(d[4]), "+" R(d[5]), \
+    "+" R(d[6]), "+" R(d[7]), "+" R(d[8]), "+" R(d[9]), "+" R(d[10]), "+" R(d[11]), \
+    "+" R(d[12]), "+" R(d[13]), "+" R(d[14]), "+" R(d[15]), "+" R(d[16]), "+" R(d[17]), \
+    "+" R(d[18]), "+" R(d[19]), "+" R(d[20]), "+" R(d[21]), "+" R(d[22]), "+" R(d[23]), \
+    "+" R(d[24]), "+" R(d[25]), "+" R(d[26]), "+" R(d[27]), "+" R(d[28]), "+" R(d[29]), \
+    "+" R(d[30]), "+" R(d[31]), "+" R(d[32]), "+" R(d[33]), "+" R(d[34]), "+" R(d[35]), \
+    "+" R(d[36]), "+" R(d[37]), "+" R(d[38]), "+" R(d[39]), "+" R(d[40]), "+" R(d[41]), \
+    "+" R(d[42]), "+" R(d[43]), "+" R(d[44]), "+" R(d[45]), "+" R(d[46]), "+" R(d[47]), \
+    "+" R(d[48]), "+" R(d[49]), "+" R(d[50]), "+" R(d[51]), "+" R(d[52]), "+" R(d[53]), \
+    "+" R(d[54]), "+" R(d[55]), "+" R(d[56]), "+" R(d[57]), "+" R(d[58]), "+" R(d[59]), \
+    "+" R(d[60]), "+" R(d[61]), "+" R(d[62]), "+" R(d[63]), "+" R(d[64]), "+" R(d[65]), \
+    "+" R(d[66]), "+" R(d[67]), "+" R(d[68]), "+" R(d[69]), "+" R(d[70]), "+" R(d[71]), \
+    "+" R(d[72]), "+" R(d[73]), "+" R(d[74]), "+" R(d[75]), "+" R(d[76]), "+" R(d[77]), \
+    "+" R(d[78]), "+" R(d[79]), "+" R(d[80]), "+" R(d[81]), "+" R(d[82]), "+" R(d[83]), \
+    "+" R(d[84]), "+" R(d[85]), "+" R(d[86]), "+" R(d[87]), "+" R(d[88]), "+" R(d[89]), \
+    "+" R(d[90]), "+" R(d[91]), "+" R(d[92]), "+" R(d[93]), "+" R(d[94]), "+" R(d[95]), \
+    "+" R(d[96]), "+" R(d[97]), "+" R(d[98]), "+" R(d[99]), "+" R(d[100]), "+" R(d[101]), \
+    "+" R(d[102]), "+" R(d[103]), "+" R(d[104]), "+" R(d[105]), "+" R(d[106]), \
+    "+" R(d[107]), "+" R(d[108]), "+" R(d[109]), "+" R(d[110]), "+" R(d[111]), \
+    "+" R(d[112]), "+" R(d[113]), "+" R(d[114]), "+" R(d[115]), "+" R(d[116]), \
+    "+" R(d[117]), "+" R(d[118]), "+" R(d[119]), "+" R(d[120]), "+" R(d[121]), \
+    "+" R(d[122]), "+" R(d[123]), "+" R(d[124]), "+" R(d[125]), "+" R(d[126]), \
+    "+" R(d[127])
+// The accumulator list of a wgmma of 64 registers and its descriptors' operands.
+#define RW_WG_REGS_64 \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "\
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "\
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "\
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65"
+#define RW_WG_OUTS_64(R) \
+    "+" R(d[0]), "+" R(d[1]), "+" R(d[2]), "+" R(d[3]), "+" R(d[4]), "+" R(d[5]), \
+    "+" R(d[6]), "+" R(d[7]), "+" R(d[8]), "+" R(d[9]), "+" R(d[10]), "+" R(d[11]), \
+    "+" R(d[12]), "+" R(d[13]), "+" R(d[14]), "+" R(d[15]), "+" R(d[16]), "+" R(d[17]), \
+    "+" R(d[18]), "+" R(d[19]), "+" R(d[20]), "+" R(d[21]), "+" R(d[22]), "+" R(d[23]), \
+    "+" R(d[24]), "+" R(d[25]), "+" R(d[26]), "+" R(d[27]), "+" R(d[28]), "+" R(d[29]), \
+    "+" R(d[30]), "+" R(d[31]), "+" R(d[32]), "+" R(d[33]), "+" R(d[34]), "+" R(d[35]), \
+    "+" R(d[36]), "+" R(d[37]), "+" R(d[38]), "+" R(d[39]), "+" R(d[40]), "+" R(d[41]), \
+    "+" R(d[42]), "+" R(d[43]), "+" R(d[44]), "+" R(d[45]), "+" R(d[46]), "+" R(d[47]), \
+    "+" R(d[48]), "+" R(d[49]), "+" R(d[50]), "+" R(d[51]), "+" R(d[52]), "+" R(d[53]), \
+    "+" R(d[54]), "+" R(d[55]), "+" R(d[56]), "+" R(d[57]), "+" R(d[58]), "+" R(d[59]), \
+    "+" R(d[60]), "+" R(d[61]), "+" R(d[62]), "+" R(d[63])
+
+// The warpgroup kinds: wgmma.mma_async.sync.aligned.<SHAPE> {d}, a-desc, b-desc, <TAIL> with
+// both operands K-major in shared memory, ACC accumulators (constraint R, REGS of them: an
+// N-column instruction has N / 2) written to D as OUT. Only sm_90a has them: the GEMM
+// calls them from sm_90a builds alone.
+#define RW_WG_ASM(SHAPE, TAIL, R, REGS)                                                   \
+    asm volatile("wgmma.mma_async.sync.aligned." SHAPE " " RW_WG_REGS_##REGS ", " TAIL ";\n" \
+                 : RW_WG_OUTS_##REGS(R)                                                  \
+                 : "l"(a), "l"(b))
+#define RW_WGMMA(NAME, N, K, TYPES, REGS, ACC, R, OUT, TAIL)                              \
+    template <>                                                                           \
+    struct NAME<N> {                                                                      \
+        using Acc = ACC;                                                                  \
+        using Out = OUT;                                                                  \
+        static constexpr bool kWarpgroup = true;                                          \
+        static constexpr int kN = N;                                                      \
+        __device__ __forceinline__ static void step(ACC (&d)[REGS], unsigned long long a,  \
+                                                    unsigned long long b) {               \
+            static_assert(REGS == N / 2, "an N-column instruction: N / 2 accumulators"); \
+            RW_WG_ASM("m64n" #N "k" #K "." TYPES, TAIL, R, REGS);                         \
+        }                                                                                 \
+    };
+// Wg<kind><N>: the instruction of N columns (128 or 256).
+template <int N>
+struct WgF16;
+template <int N>
+struct WgBf16;
+template <int N>
+struct WgTf32;
+template <int N>
+struct WgS8;
+template <int N>
+struct WgU8;
+template <int N>
+struct WgB1And;
+RW_WGMMA(WgF16, 256, 16, "f32.f16.f16", 128, float, "f", __half, "1, 1, 1, 0, 0")
+RW_WGMMA(WgF16, 128, 16, "f32.f16.f16", 64, float, "f", __half, "1, 1, 1, 0, 0")
+RW_WGMMA(WgBf16, 256, 16, "f32.bf16.bf16", 128, float, "f", __nv_bfloat16, "1, 1, 1, 0, 0")
+RW_WGMMA(WgBf16, 128, 16, "f32.bf16.bf16", 64, float, "f", __nv_bfloat16, "1, 1, 1, 0, 0")
+// tf32: the tensor cores read float32 operands and ignore their low 13 bits (truncation)
+RW_WGMMA(WgTf32, 256, 8, "f32.tf32.tf32", 128, float, "f", float, "1, 1, 1")
+RW_WGMMA(WgTf32, 128, 8, "f32.tf32.tf32", 64, float, "f", float, "1, 1, 1")
+// s8 / u8 stop at 224 columns: two 128-column instructions cover a 256-column tile
+RW_WGMMA(WgS8, 128, 32, "s32.s8.s8", 64, int, "r", int, "1")
+RW_WGMMA(WgU8, 128, 32, "s32.u8.u8", 64, int, "r", int, "1")
+RW_WGMMA(WgB1And, 256, 256, "s32.b1.b1.and.popc", 128, int, "r", int, "1")
+RW_WGMMA(WgB1And, 128, 256, "s32.b1.b1.and.popc", 64, int, "r", int, "1")
+#undef RW_WGMMA
+#undef RW_WG_ASM
 
 }  // namespace rw

@@ -5,6 +5,9 @@
 //   s8, u8   mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32 (int32 out)
 //   tf32     mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (float32 in and out; each
 //            element rounded to tf32 as the generic kernel's __float_to_tf32 does)
+//   f16,     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (float32
+//   bf16     accumulators; D in the operands' type or float32)
+//   f64      mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 (sm_90)
 //
 // The kernel sees each operand as rows of bytes along K: A as M rows of kbytes bytes, B as N
 // columns of kbytes bytes (the transposed view of an N x K row-major array), rows lda / ldb
@@ -15,19 +18,21 @@
 // cores as they lie.
 //
 // Shared memory holds, per stage, A's BM rows and B's BN columns of one 128-byte k-tile (1024
-// bits, 128 s8, 32 tf32). Each row is eight 16-byte chunks stored at chunk ^ (row % 8): the
+// bits, 128 s8, 64 f16, 32 tf32, 16 f64). Each row is eight 16-byte chunks stored at chunk ^ (row % 8): the
 // eight rows an ldmatrix phase reads at one chunk fall in eight different bank groups, and so
 // do the chunks a warp's cp.async writes. ldmatrix reads the bytes as 16-bit elements, and an
 // 8 x 8 matrix of them gives lane l the 4 bytes at row l / 4, bytes 4 * (l % 4) .. of its 16:
 // exactly the fragments (A's rows g and g + 8, B's column g). One x4 load per 16 rows of A and
 // per 16 columns of B covers 32 bytes of K: one instruction of kA = 4 registers, or two of 2.
+// Each warp keeps two steps' fragments in registers: the next 32 bytes load while the current
+// ones feed the tensor cores, across k-tiles too.
 //
 // Copies: a k-tile wholly inside the matrices is copied with unguarded 16-byte cp.async; at
 // the edges each copy takes min(16, bytes left in the row) and zero-fills the rest, rows past
 // M or N are zero (zeros add nothing to a product or an AND popcount), and nothing outside the
 // matrices is read. Epilogue: each lane writes its accumulators' pairs of columns, as one
-// 8-byte store when D is written plainly (alpha 1, no C), its base 8-byte aligned and the
-// pair inside an even row; else element by element through common.cuh's write_element.
+// store of two outputs when D is written plainly (alpha 1, no C, D in the kind's Out type),
+// its base aligned to the pair and the pair inside an even row; else element by element.
 //
 // One templated body (KMajorGemm); the extern "C" entry points below name each instance.
 #include "common.cuh"
@@ -37,26 +42,30 @@ namespace rw {
 constexpr int kKChunks = 8;                // 16-byte chunks per shared row
 constexpr int kKRowBytes = kKChunks * 16;  // one k-tile: 128 bytes of K
 
-// Mma: one of common.cuh's instructions; ELEM: bytes per element the strides count.
+// Mma: one of common.cuh's instructions (a warp's mma.sync, or with kWarpgroup a warpgroup's
+// wgmma); ELEM: bytes per element the strides count.
 template <typename Mma, int ELEM, int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
 struct KMajorGemm {
     using Acc = typename Mma::Acc;
-    struct alignas(2 * sizeof(Acc)) Pair {  // two neighbouring outputs: one store
-        Acc x, y;
+    using Out = typename Mma::Out;  // C and D: Out, or float32 for the 16-bit kinds
+    struct alignas(2 * sizeof(Out)) Pair {  // two neighbouring outputs: one store
+        Out x, y;
     };
     static constexpr int kThreads = WARPS_M * WARPS_N * 32;
     static constexpr int WTM = BM / WARPS_M, WTN = BN / WARPS_N;  // warp tile
-    static constexpr int MI = WTM / 16, NI = WTN / 8;             // mma tiles per warp
+    static constexpr int MI = WTM / 16, NI = WTN / 8;             // 16 x 8 tiles per warp
     static constexpr int kStageBytes = (BM + BN) * kKRowBytes;
-    static constexpr int kSmemBytes = STAGES * kStageBytes;
+    // wgmma's 128-byte swizzle is on address bits: its tiles start on 1024-byte boundaries,
+    // which the kernel finds inside 1024 extra bytes
+    static constexpr int kAlign = Mma::kWarpgroup ? 1024 : 0;
+    static constexpr int kSmemBytes = STAGES * kStageBytes + kAlign;
     static constexpr int kRowsPerPass = kThreads / kKChunks;
-    // ldmatrix feeds the 32-bit kinds; f64 fragments are read as doubles
-    static constexpr bool kLdsm = Same<typename Mma::Reg, unsigned>::value;
-    static_assert(kLdsm ? Mma::kA == 2 * Mma::kB && (Mma::kA == 2 || Mma::kA == 4)
-                        : Mma::kA == 2 && Mma::kB == 1,
-                  "32 bytes of K per row: one instruction of 4 32-bit A registers or two of "
-                  "2, or one f64 m16n8k4");
-    static_assert(WTM % 16 == 0 && WTN % 16 == 0, "whole x4 loads of A and B per warp");
+    static constexpr int kSteps = kKChunks / 2;  // 32-byte steps of K per k-tile
+    static constexpr int kOutCode = Same<Out, int>::value      ? kS32
+                                    : Same<Out, float>::value  ? kF32
+                                    : Same<Out, double>::value ? kF64
+                                    : Same<Out, __half>::value ? kF16
+                                                               : kBF16;
     static_assert(BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0, "whole copy passes");
     static_assert(STAGES >= 2, "a multi-stage pipeline");
 
@@ -67,17 +76,17 @@ struct KMajorGemm {
     // Copies k-tile kb (a byte offset along K) of ROWS rows starting at r0 of a matrix of
     // `rows` rows of `kbytes` bytes, `ld` bytes apart, into a stage's rows.
     template <int ROWS>
-    __device__ __forceinline__ static void copy(unsigned char* stage, const unsigned char* g,
+    __device__ __forceinline__ static void copy(unsigned stage, const unsigned char* g,
                                                 long long ld, int r0, int rows, int kbytes,
                                                 int kb, bool full) {
         const int chunk = threadIdx.x % kKChunks, first = threadIdx.x / kKChunks;
         const int at = kb + chunk * 16;
         const unsigned char* src = g + (r0 + first) * ld + at;
         const long long step = kRowsPerPass * ld;
-#pragma unroll
+#pragma unroll 1  // one pointer stepped through the rows, not one held per row
         for (int i = 0; i < ROWS / kRowsPerPass; ++i, src += step) {
             const int r = first + i * kRowsPerPass;
-            unsigned char* dst = stage + swizzled(r, chunk);
+            const unsigned dst = stage + swizzled(r, chunk);
             if (full) {
                 cp_async16_full(dst, src);
             } else {
@@ -87,21 +96,182 @@ struct KMajorGemm {
         }
     }
 
-    // 32 bytes of K per row: a and b as one x4 ldmatrix of each gives them.
-    __device__ __forceinline__ static void mma(Acc (&acc)[4], const unsigned (&a)[4],
-                                               const unsigned (&b)[2]) {
-        if constexpr (Mma::kA == 4) {
-            Mma::step(acc, a, b);
-        } else {
-            const unsigned a0[2] = {a[0], a[1]}, a1[2] = {a[2], a[3]};
-            const unsigned b0[1] = {b[0]}, b1[1] = {b[1]};
-            Mma::step(acc, a0, b0);
-            Mma::step(acc, a1, b1);
+    // The warps' mma.sync main loop: each warp keeps two 32-byte steps' fragments in
+    // registers, the next step's loading (ldmatrix, or 8-byte loads for f64) while the
+    // current one's feed the tensor cores, across k-tiles too.
+    struct Warp {
+        using Reg = typename Mma::Reg;
+        // ldmatrix feeds the 32-bit kinds; f64 fragments are read as doubles
+        static constexpr bool kLdsm = Same<Reg, unsigned>::value;
+        static_assert(kLdsm ? Mma::kA == 2 * Mma::kB && (Mma::kA == 2 || Mma::kA == 4)
+                            : Mma::kA == 2 && Mma::kB == 1,
+                      "32 bytes of K per row: one instruction of 4 32-bit A registers or two "
+                      "of 2, or one f64 m16n8k4");
+        static_assert(WTM % 16 == 0 && WTN % 16 == 0, "whole x4 loads of A and B per warp");
+        static_assert(kSteps % 2 == 0, "fragments alternate between two buffers per step");
+
+        // One step's fragments of a warp: 4 registers of A per 16 rows and 2 of B per 8
+        // columns (f64: 2 and 1 doubles).
+        struct Frags {
+            Reg a[MI][kLdsm ? 4 : 2];
+            Reg b[NI][kLdsm ? 2 : 1];
+        };
+
+        // The fragments of step s (chunks 2s and 2s + 1 of the stage at shared address
+        // `stage`) of the warp whose tile starts at (wm, wn).
+        __device__ __forceinline__ static void load(Frags& f, unsigned stage, int s, int wm,
+                                                    int wn, int lane) {
+            const int ks = 2 * s;
+            if constexpr (kLdsm) {
+                // ldmatrix rows of this lane: A row (lane % 16) at chunk ks + lane / 16; B
+                // column (lane % 8) + 8 * (lane / 16) at chunk ks + (lane / 8) % 2.
+                const int a_row = wm + lane % 16, a_chunk = ks + lane / 16;
+                const int b_row = BM + wn + lane % 8 + 8 * (lane / 16);
+                const int b_chunk = ks + (lane / 8) % 2;
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    ldmatrix_x4(f.a[i], stage + swizzled(a_row + i * 16, a_chunk));
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) Mma::operand(f.a[i][e]);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; j += 2) {  // one x4 load: two 8-column blocks
+                    unsigned r[4];
+                    ldmatrix_x4(r, stage + swizzled(b_row + j * 8, b_chunk));
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) Mma::operand(r[e]);
+                    f.b[j][0] = r[0];
+                    f.b[j][1] = r[1];
+                    f.b[j + 1][0] = r[2];
+                    f.b[j + 1][1] = r[3];
+                }
+            } else {
+                // f64 m16n8k4: one double per register, read with 8-byte shared loads: A rows
+                // g and g + 8 and B column g, bytes 8 * t .. of the step (chunk ks + t / 2).
+                // The eight rows of a load sit in eight different swizzled chunks: no bank
+                // conflict.
+                const int g = lane / 4, t = lane % 4, chunk = ks + t / 2, off = 8 * (t % 2);
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+                        f.a[i][h] = lds64(stage + swizzled(wm + i * 16 + g + 8 * h, chunk) + off);
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    f.b[j][0] = lds64(stage + swizzled(BM + wn + j * 8 + g, chunk) + off);
+            }
         }
+
+        // One step of K from a step's fragments into the warp's accumulators.
+        __device__ __forceinline__ static void compute(Acc (&acc)[MI][NI][4], const Frags& f) {
+#pragma unroll
+            for (int j = 0; j < NI; ++j)
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    if constexpr (Mma::kA == 2 && kLdsm) {  // two instructions per 32 bytes
+                        const unsigned a0[2] = {f.a[i][0], f.a[i][1]};
+                        const unsigned a1[2] = {f.a[i][2], f.a[i][3]};
+                        const unsigned b0[1] = {f.b[j][0]}, b1[1] = {f.b[j][1]};
+                        Mma::step(acc[i][j], a0, b0);
+                        Mma::step(acc[i][j], a1, b1);
+                    } else {
+                        Mma::step(acc[i][j], f.a[i], f.b[j]);
+                    }
+                }
+        }
+
+        // k-tiles 0 .. STAGES - 2 in flight before the loop; one k-tile per trip and one
+        // barrier per k-tile. Step s computes from the fragments loaded one step earlier
+        // while the next step's load (the last step's from the next k-tile, after the
+        // barrier that makes it visible and after which every warp is done with the slot
+        // read before); the first step issues the copies of the k-tile STAGES - 1 ahead into
+        // that slot.
+        template <typename Issue>
+        __device__ __forceinline__ static void loop(Acc (&acc)[MI][NI][4], const Issue& issue,
+                                                    unsigned smem, int KT) {
+            const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+            const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
+#pragma unroll
+            for (int s = 0; s < STAGES - 1; ++s) issue(s, s);
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            Frags f[2];
+            int read = 0, write = STAGES - 1;  // stage slots: being computed, being filled
+            load(f[0], smem, 0, wm, wn, lane);
+            for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+                for (int s = 0; s < kSteps; ++s) {
+                    if (s == kSteps - 1) {
+                        cp_async_wait<STAGES - 2>();
+                        __syncthreads();
+                        read = read + 1 == STAGES ? 0 : read + 1;
+                    }
+                    load(f[(s + 1) % 2], smem + read * kStageBytes, (s + 1) % kSteps, wm, wn,
+                         lane);
+                    if (s == 0) {
+                        issue(kt + STAGES - 1, write);
+                        write = write + 1 == STAGES ? 0 : write + 1;
+                    }
+                    compute(acc, f[s % 2]);
+                }
+            }
+        }
+    };
+
+    // The warpgroups' wgmma main loop (sm_90a): warpgroup w computes rows 64w .. 64w + 63 of
+    // the tile, its accumulators the 16 x 8 tiles of warp w's rows (the wgmma D layout is
+    // the mma.sync one repeated down the warpgroup), reading both operands from the swizzled
+    // stages through descriptors, 32 bytes of K per instruction. The wgmma of one k-tile run
+    // while the next one's are issued (wgmma.wait_group 1): a slot is refilled only after
+    // the barrier that follows every warpgroup's wait for the k-tile read from it, so copies
+    // run STAGES - 2 k-tiles ahead.
+    struct Warpgroup {
+        static_assert(MI == 1 && WARPS_N == 1 && BM % 64 == 0, "one warp per 16 rows");
+        static_assert(BN % Mma::kN == 0, "whole instructions along N");
+
+        template <typename Issue>
+        __device__ __forceinline__ static void loop(Acc (&acc)[MI][NI][4], const Issue& issue,
+                                                    unsigned smem, int KT) {
+            static_assert(STAGES >= 3, "a k-tile in the tensor cores, one being computed");
+            const unsigned a_row = (threadIdx.x / 128) * 64 * kKRowBytes;
+#pragma unroll
+            for (int s = 0; s < STAGES - 2; ++s) issue(s, s);
+            int read = 0, write = STAGES - 2;
+            for (int kt = 0; kt < KT; ++kt) {
+                cp_async_wait<STAGES - 3>();
+                fence_proxy_async();  // this thread's copies, visible to the tensor cores
+                __syncthreads();
+                issue(kt + STAGES - 2, write);
+                write = write + 1 == STAGES ? 0 : write + 1;
+                const unsigned stage = smem + read * kStageBytes;
+                read = read + 1 == STAGES ? 0 : read + 1;
+                const unsigned long long da = wgmma_desc(stage + a_row);
+                const unsigned long long db = wgmma_desc(stage + BM * kKRowBytes);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+                    for (int h = 0; h < BN / Mma::kN; ++h)
+                        Mma::step(reinterpret_cast<Acc(&)[Mma::kN / 2]>(acc[0][h * Mma::kN / 8]),
+                                  da + wgmma_desc_offset(32 * s),
+                                  db + wgmma_desc_offset(Mma::kN * kKRowBytes * h + 32 * s));
+                wgmma_commit();
+                wgmma_wait<1>();
+            }
+            wgmma_wait<0>();
+        }
+    };
+
+    // C of the floating kinds at element i, as a double.
+    __device__ __forceinline__ static double c_at(const Epilogue& ep, long long i) {
+        if constexpr (sizeof(Out) == 2) {
+            if (ep.c_code == kF32) return static_cast<const float*>(ep.c)[i];
+        }
+        return to_double(static_cast<const Out*>(ep.c)[i]);
     }
 
     // One output through the epilogue: int32 (b1, s8, u8) as write_element<int> computes it;
-    // float32 (tf32) and float64, whose C and D have the accumulators' type, in double,
+    // the floating kinds in double, C and D read and written as Out (or float32, see c_at),
     // without write_element's switch over element codes (which puts the accumulators in
     // local memory).
     __device__ __forceinline__ static void store(const Epilogue& ep, int bi, int gm, int gn,
@@ -111,79 +281,61 @@ struct KMajorGemm {
         } else {
             double r = ep.alpha * v;
             if (ep.c != nullptr && ep.beta != 0.0)
-                r += ep.beta * static_cast<const Acc*>(ep.c)[bi * ep.sbc + gm * ep.scm +
-                                                             gn * ep.scn];
-            static_cast<Acc*>(ep.d)[(static_cast<long long>(bi) * M + gm) * N + gn] =
-                static_cast<Acc>(r);
+                r += ep.beta * c_at(ep, bi * ep.sbc + gm * ep.scm + gn * ep.scn);
+            const long long at = (static_cast<long long>(bi) * M + gm) * N + gn;
+            if (sizeof(Out) == 2 && ep.d_code == kF32)
+                static_cast<float*>(ep.d)[at] = static_cast<float>(r);
+            else
+                static_cast<Out*>(ep.d)[at] = out_cast<Out>(r);
         }
     }
 
-    // One 32-byte step of K (chunks ks and ks + 1 of a stage) into the accumulators of the
-    // warp whose tile starts at (wm, wn).
-    __device__ __forceinline__ static void step(Acc (&acc)[MI][NI][4],
-                                                const unsigned char* stage, int ks, int wm,
-                                                int wn, int lane) {
-        if constexpr (kLdsm) {
-            // ldmatrix rows of this lane: A row (lane % 16) at chunk ks + lane / 16; B column
-            // (lane % 8) + 8 * (lane / 16) at chunk ks + (lane / 8) % 2.
-            const int a_row = wm + lane % 16, a_chunk = ks + lane / 16;
-            const int b_row = BM + wn + lane % 8 + 8 * (lane / 16), b_chunk = ks + (lane / 8) % 2;
-            unsigned fa[MI][4];
+    // D of batch entry bi from the accumulators: each lane writes its pairs of columns, as one
+    // store when D is plain (alpha 1, no C, D in Out, its base aligned to a pair, N even),
+    // else element by element. The tile's corner and the lane's place are derived anew
+    // (fresh_block, fresh_thread), not carried through the main loop.
+    __device__ __forceinline__ static void epilogue(const Acc (&acc)[MI][NI][4],
+                                                    const Epilogue& ep, int bi, int M, int N) {
+        int m0, n0;
+        grouped_tile<BM, BN>(M, N, fresh_block(), m0, n0);
+        const int thread = fresh_thread(), warp = thread / 32, lane = thread % 32;
+        const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
+        const int g = lane / 4, t = lane % 4;
+        const bool plain = ep.c == nullptr && ep.alpha == 1.0 && ep.d_code == kOutCode &&
+                           N % 2 == 0 &&
+                           reinterpret_cast<unsigned long long>(ep.d) % sizeof(Pair) == 0;
 #pragma unroll
-            for (int i = 0; i < MI; ++i) {
-                ldmatrix_x4(fa[i], stage + swizzled(a_row + i * 16, a_chunk));
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) Mma::operand(fa[i][e]);
-            }
-            // B a pair of 8-column blocks at a time: four registers live, not 2 * NI
+            for (int j = 0; j < NI; ++j)
 #pragma unroll
-            for (int j = 0; j < NI; j += 2) {
-                unsigned r[4];
-                ldmatrix_x4(r, stage + swizzled(b_row + j * 8, b_chunk));
-#pragma unroll
-                for (int e = 0; e < 4; ++e) Mma::operand(r[e]);
-                const unsigned left[2] = {r[0], r[1]}, right[2] = {r[2], r[3]};
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    mma(acc[i][j], fa[i], left);
-                    mma(acc[i][j + 1], fa[i], right);
+                for (int h = 0; h < 2; ++h) {
+                    const int gm = m0 + wm + i * 16 + g + 8 * h;
+                    const int gn = n0 + wn + j * 8 + 2 * t;
+                    if (gm >= M || gn >= N) continue;
+                    const Acc v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                    if (plain && gn + 1 < N) {
+                        Out* d = static_cast<Out*>(ep.d) +
+                                 (static_cast<long long>(bi) * M + gm) * N + gn;
+                        *reinterpret_cast<Pair*>(d) = Pair{out_cast<Out>(v0), out_cast<Out>(v1)};
+                    } else {
+                        store(ep, bi, gm, gn, M, N, v0);
+                        if (gn + 1 < N) store(ep, bi, gm, gn + 1, M, N, v1);
+                    }
                 }
-            }
-        } else {
-            // f64 m16n8k4: one double per register, read with 8-byte shared loads: A rows g
-            // and g + 8 and B column g, bytes 8 * t .. of the step (chunk ks + t / 2). The
-            // eight rows of a load sit in eight different swizzled chunks: no bank conflict.
-            const int g = lane / 4, t = lane % 4, chunk = ks + t / 2, off = 8 * (t % 2);
-            double fa[MI][2];
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    fa[i][h] = *reinterpret_cast<const double*>(
-                        stage + swizzled(wm + i * 16 + g + 8 * h, chunk) + off);
-#pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                const double fb[1] = {*reinterpret_cast<const double*>(
-                    stage + swizzled(BM + wn + j * 8 + g, chunk) + off)};
-#pragma unroll
-                for (int i = 0; i < MI; ++i) Mma::step(acc[i][j], fa[i], fb);
-            }
-        }
     }
 
     __device__ static void run(const unsigned char* a, const unsigned char* b, int M, int N,
                                int kbytes, long long lda_elems, long long ldb_elems, long long sba,
                                long long sbb, int batch, const Epilogue ep) {
         const long long lda = lda_elems * ELEM, ldb = ldb_elems * ELEM;
-        extern __shared__ __align__(128) unsigned char smem[];
+        extern __shared__ __align__(128) unsigned char smem_bytes[];
+        const unsigned smem = kAlign ? (shared_address(smem_bytes) + kAlign - 1) & ~(kAlign - 1u)
+                                     : shared_address(smem_bytes);
         int m0, n0;
-        grouped_tile<BM, BN>(M, N, m0, n0);
-        const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-        const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
+        grouped_tile<BM, BN>(M, N, blockIdx.x, m0, n0);
         const int KT = (kbytes + kKRowBytes - 1) / kKRowBytes;
         const bool mn_full = m0 + BM <= M && n0 + BN <= N;
-        const bool plain = ep.c == nullptr && ep.alpha == 1.0 && N % 2 == 0 &&
-                           reinterpret_cast<unsigned long long>(ep.d) % sizeof(Pair) == 0;
 
         for (int bi = blockIdx.y; bi < batch; bi += gridDim.y) {
             const unsigned char* A = a + bi * sba * ELEM;
@@ -196,52 +348,29 @@ struct KMajorGemm {
 #pragma unroll
                     for (int e = 0; e < 4; ++e) acc[i][j][e] = Acc(0);
 
+            // Copies of k-tile kt into stage slot `slot` (none past the last), one group.
             auto issue = [&](int kt, int slot) {
                 if (kt < KT) {
                     const int kb = kt * kKRowBytes;
                     const bool full = mn_full && kb + kKRowBytes <= kbytes;
-                    unsigned char* stage = smem + slot * kStageBytes;
+                    const unsigned stage = smem + slot * kStageBytes;
                     copy<BM>(stage, A, lda, m0, M, kbytes, kb, full);
                     copy<BN>(stage + BM * kKRowBytes, B, ldb, n0, N, kbytes, kb, full);
                 }
                 cp_async_commit();
             };
-#pragma unroll
-            for (int s = 0; s < STAGES - 1; ++s) issue(s, s);
-
-            for (int kt = 0; kt < KT; ++kt) {
-                cp_async_wait<STAGES - 2>();
-                __syncthreads();  // tile kt visible; every warp done with the slot refilled
-                issue(kt + STAGES - 1, (kt + STAGES - 1) % STAGES);
-                const unsigned char* stage = smem + (kt % STAGES) * kStageBytes;
-#pragma unroll 1
-                for (int ks = 0; ks < kKChunks; ks += 2) {
-                    step(acc, stage, ks, wm, wn, lane);
-                }
+            if constexpr (Mma::kWarpgroup) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+                Warpgroup::loop(acc, issue, smem, KT);
+#else
+                __trap();  // wgmma exists on sm_90a alone
+#endif
+            } else {
+                Warp::loop(acc, issue, smem, KT);
             }
             cp_async_wait<0>();
             __syncthreads();  // the next batch entry's copies reuse the stages
-
-            const int g = lane / 4, t = lane % 4;
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NI; ++j)
-#pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const int gm = m0 + wm + i * 16 + g + 8 * h;
-                        const int gn = n0 + wn + j * 8 + 2 * t;
-                        if (gm >= M || gn >= N) continue;
-                        const Acc v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                        if (plain && gn + 1 < N) {
-                            Acc* d = static_cast<Acc*>(ep.d) +
-                                     (static_cast<long long>(bi) * M + gm) * N + gn;
-                            *reinterpret_cast<Pair*>(d) = Pair{v0, v1};
-                        } else {
-                            store(ep, bi, gm, gn, M, N, v0);
-                            if (gn + 1 < N) store(ep, bi, gm, gn + 1, M, N, v1);
-                        }
-                    }
+            epilogue(acc, ep, bi, M, N);
         }
     }
 };
@@ -276,7 +405,23 @@ RW_MMA(rw_mma_b1and_m16n8k128_128x256_s4, rw::MmaB1And<128>, 1, 128, 256, 2, 4, 
 RW_MMA_TILES(rw_mma_s8_m16n8k32, rw::MmaS8, 1)
 RW_MMA_TILES(rw_mma_u8_m16n8k32, rw::MmaU8, 1)
 RW_MMA_TILES(rw_mma_tf32_m16n8k8, rw::MmaTf32, 4)
+RW_MMA_TILES(rw_mma_f16_m16n8k16, rw::MmaF16, 2)
+RW_MMA_TILES(rw_mma_bf16_m16n8k16, rw::MmaBf16, 2)
 // f64 (sm_90): warp tiles of 64 x 32 and 32 x 64, whose 64 double accumulators fit
 RW_MMA(rw_mma_f64_m16n8k4_128x128_s4, rw::MmaF64<4>, 8, 128, 128, 2, 4, 4)
 RW_MMA(rw_mma_f64_m16n8k4_128x64_s4, rw::MmaF64<4>, 8, 128, 64, 2, 2, 4)
 RW_MMA(rw_mma_f64_m16n8k4_64x128_s4, rw::MmaF64<4>, 8, 64, 128, 2, 2, 4)
+
+// Entry point rw_wgmma_<kind>_<BM>x<BN>_s<STAGES> (sm_90a): the same parameters; BM / 64
+// warpgroups, one warp per 16 rows, instructions of WIDE columns across the 256-column tile
+// (kept in step with WGMMA_TILES in backends/raw_wmma.py).
+#define RW_WGMMA_TILES(PREFIX, MMA, ELEM, WIDE)                         \
+    RW_MMA(PREFIX##_256x128_s4, MMA<128>, ELEM, 256, 128, 16, 1, 4)     \
+    RW_MMA(PREFIX##_128x256_s4, MMA<WIDE>, ELEM, 128, 256, 8, 1, 4)
+
+RW_WGMMA_TILES(rw_wgmma_f16, rw::WgF16, 2, 256)
+RW_WGMMA_TILES(rw_wgmma_bf16, rw::WgBf16, 2, 256)
+RW_WGMMA_TILES(rw_wgmma_tf32, rw::WgTf32, 4, 256)
+RW_WGMMA_TILES(rw_wgmma_s8, rw::WgS8, 1, 128)
+RW_WGMMA_TILES(rw_wgmma_u8, rw::WgU8, 1, 128)
+RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)

@@ -47,7 +47,7 @@ __device__ __forceinline__ void load_frag(Frag& f, const __half* p, unsigned ld)
         wmma::fragment<wmma::USE, 16, 16, 16, __nv_bfloat16, wmma::LAY>& f,                     \
         const __nv_bfloat16* p, unsigned ld) {                                                  \
         unsigned* r = reinterpret_cast<unsigned*>(f.x);                                         \
-        const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(p));                  \
+        const unsigned s = shared_address(p);                                                  \
         asm volatile(PTX " {%0, %1, %2, %3}, [%4], %5;\n"                                       \
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                           \
                      : "r"(s), "r"(ld)                                                          \
@@ -97,7 +97,8 @@ struct TileCopier {
         if (full) {
 #pragma unroll
             for (int i = 0; i < kIters; ++i)
-                cp_async16_full(dst + i * kRowStep * kLd, src + i * kRowStep * ld);
+                cp_async16_full(shared_address(dst + i * kRowStep * kLd),
+                                src + i * kRowStep * ld);
         } else {
             const int ci = c + (K_CONTIG ? k0 : 0);
             const int left = cols - ci;
@@ -106,7 +107,8 @@ struct TileCopier {
                 const int oi = o + i * kRowStep + (K_CONTIG ? 0 : k0);
                 const bool in = oi < rows && left > 0;
                 const int bytes = in ? min(left, kVec) * static_cast<int>(sizeof(T)) : 0;
-                cp_async16(dst + i * kRowStep * kLd, in ? src + i * kRowStep * ld : base, bytes);
+                cp_async16(shared_address(dst + i * kRowStep * kLd),
+                           in ? src + i * kRowStep * ld : base, bytes);
             }
         }
     }
@@ -157,7 +159,7 @@ struct FastGemm {
         T* sb_base = sa_base + STAGES * kStageA;
 
         int m0, n0;
-        grouped_tile<BM, BN>(M, N, m0, n0);
+        grouped_tile<BM, BN>(M, N, blockIdx.x, m0, n0);
 
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;

@@ -127,7 +127,7 @@ def compiled_kernels():
         problem = _problem(t, layouts)
         config = next(c for c in BACKEND.configs(problem) if c.name == name)
         kernel = rw.kernel_for(problem, config)
-        jobs.add((kernel.source, kernel.name, arch))
+        jobs.add((kernel.source, kernel.name, arch + kernel.arch_suffix))
     for kind in ("s4", "u4", "b1xor", "b1and"):
         jobs.add(("wmma_subbyte.cu", f"rw_gemm_{kind}_s32_8x8x{128 if kind[0] == 'b' else 32}",
                   arch))
@@ -167,16 +167,24 @@ def test_fast_kernel_on_large_ragged_shape(dtype):
     _run_and_check(t, ("col", "col"), "fast_128x128x32_s4", 257, 383, 4097, pad=8)
 
 
-@pytest.mark.parametrize("t", [INT_TYPES[0], INT_TYPES[1], FLOAT_TYPES[5], FLOAT_TYPES[6]],
-                         ids=["int8", "uint8", "tf32", "float64"])
+@pytest.mark.parametrize("t", [INT_TYPES[0], INT_TYPES[1], FLOAT_TYPES[0], FLOAT_TYPES[4],
+                               FLOAT_TYPES[5], FLOAT_TYPES[6]],
+                         ids=["int8", "uint8", "float16", "bfloat16-float32", "tf32", "float64"])
 def test_ptx_mma_kernel_on_large_ragged_shapes(t):
-    """The K-major mma.sync kernel over many k-tiles, ragged in M, N and K, with and without
-    C; it is the backend's default for A row-major and B column-major."""
+    """The K-major mma.sync and (on sm_90a) wgmma kernels over many k-tiles, ragged in M, N
+    and K, with and without C; the first of them is the backend's default for A row-major
+    and B column-major."""
     kind = rw.MMA_KINDS[t[0]]
     if kind in rw.MMA_SM90 and _cc() < (9, 0):
         pytest.skip(f"{kind} mma.sync needs sm_90")
-    tiles = rw.MMA_TILES[kind]
-    assert BACKEND.configs(_problem(t, ("row", "col")))[0].name == next(iter(tiles))
+    dtype, out, acc, precision = t
+    problem = synthetic(200, 264, 144, dtype, b_layout="col", out_dtype=out, acc=acc,
+                        precision=precision, cc=_cc())
+    configs = [c.name for c in BACKEND.configs(problem)]
+    wgmma = kind in rw.WGMMA_KINDS and _cc() == rw.WGMMA_CC
+    tiles = [*(rw.WGMMA_TILES if wgmma else ()), *rw.MMA_TILES[kind]]
+    assert configs[0] == tiles[0] if wgmma or kind not in ("f16", "bf16") else \
+        configs[0].startswith("fast_")
     pad = 16 // _torch_dtype(t[0]).itemsize
     for config in tiles:
         _run_and_check(t, ("row", "col"), config, 1000, 1031, 1029, pad=pad)
