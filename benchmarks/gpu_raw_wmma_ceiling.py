@@ -7,19 +7,22 @@ Run from the repository root on a machine with a GPU:
     python3 benchmarks/gpu_raw_wmma_ceiling.py [--json raw_wmma_ceiling.json]
 
 Probes: each launch fills every SM (``--blocks-per-sm`` blocks of 8 warps), each warp issuing
-``iterations`` rounds of 8 independent instructions from registers; iterations are scaled until
-a launch takes about ``--probe-ms``. Kernel mode timing (CUDA events, the GPU held busy while
+``iterations`` rounds of 8 independent instructions from registers (wgmma, sm_90a only: each
+warpgroup issuing rounds of 8 instructions on tiles it copied into shared memory once);
+iterations are scaled until a launch takes about ``--probe-ms``. Kernel mode timing (CUDA events, the GPU held busy while
 the host queues; no L2 flush, the probes read 2 fragments), median of ``--reps`` runs.
 
 GEMMs (random non-zero operands, checked against float64 before they are timed, torch's call
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and
 bf16 at 4096^3 and 8192^3 against torch.matmul, s8 at 8192^3 against torch._int_mm, tf32 at
 8192^3 against torch.matmul with TF32 allowed and f64 at 4096^3 against torch.matmul (ours
-given B column-major, the layout of the PTX mma.sync kernels, torch given B row- and
+given B column-major, the layout of the PTX K-major kernels, torch given B row- and
 column-major: the faster is the yardstick), and the b1 AND GEMM at 8192 x 8192 x 65536 bits
 (``binary_matmul(op="and")``, no torch equivalent; B column-major) under each PTX config and
 the WMMA 8x8x128 kernel. Each of our rows is set against the ceiling of the instruction its
-kernel issues (WMMA's for ``wmma_*`` and ``fast_*`` configs, the PTX one's for ``mma_*``).
+kernel issues (WMMA's for ``wmma_*`` and ``fast_*`` configs, the PTX mma.sync one's for
+``mma_*``, wgmma's for ``wgmma_*``); b1 rows are also set against the mma.sync m16n8k256
+ceiling (``mma_sync_ceiling_fraction``).
 
 Writes a JSON list of rows ``{dtype, m, n, k, backend, config, ms, torch_ms, tops,
 ceiling_fraction}``: ``backend`` "ceiling" for a probe (m, n, k its fragment shape, config its
@@ -51,6 +54,11 @@ PROBES = {
     "rw_ceiling_tf32_f32_16x8x8": ("float32", 16, 8, 8, "float32"),
     "rw_ceiling_f16_f32_16x8x16": ("float16", 16, 8, 16, "float16"),
     "rw_ceiling_bf16_f32_16x8x16": ("bfloat16", 16, 8, 16, "bfloat16"),
+    "rw_ceiling_f16_f32_64x256x16": ("float16", 64, 256, 16, "float16"),
+    "rw_ceiling_bf16_f32_64x256x16": ("bfloat16", 64, 256, 16, "bfloat16"),
+    "rw_ceiling_tf32_f32_64x256x8": ("float32", 64, 256, 8, "float32"),
+    "rw_ceiling_s8_s32_64x128x32": ("int8", 64, 128, 32, "int8"),
+    "rw_ceiling_b1and_s32_64x256x256": ("bit", 64, 256, 256, "int32"),
     "rw_ceiling_f64_f64_16x8x4": ("float64", 16, 8, 4, "float64"),
     "rw_ceiling_f64_f64_16x8x8": ("float64", 16, 8, 8, "float64"),
     "rw_ceiling_f64_f64_16x8x16": ("float64", 16, 8, 16, "float64"),
@@ -58,6 +66,13 @@ PROBES = {
 #: probes of instructions that exist from sm_90 on (skipped on older GPUs)
 SM90_PROBES = ("rw_ceiling_f64_f64_16x8x4", "rw_ceiling_f64_f64_16x8x8",
                "rw_ceiling_f64_f64_16x8x16")
+#: the warpgroup (wgmma) probes, by GEMM dtype: sm_90a only, built for that target; one
+#: instruction is shared by the 4 warps of a warpgroup
+WGMMA_CEILING = {"float16": "rw_ceiling_f16_f32_64x256x16",
+                 "bfloat16": "rw_ceiling_bf16_f32_64x256x16",
+                 "float32": "rw_ceiling_tf32_f32_64x256x8", "int8": "rw_ceiling_s8_s32_64x128x32",
+                 "bit": "rw_ceiling_b1and_s32_64x256x256"}
+WARPS_PER_WARPGROUP = 4
 #: the probe each GEMM dtype's WMMA kernels are measured against (b1: the 8x8x128 kernel's)
 CEILING_OF = {"float16": "rw_ceiling_f16_f32_16x16x16",
               "bfloat16": "rw_ceiling_bf16_f32_16x16x16",
@@ -75,6 +90,8 @@ MMA_CEILING = {("bit", 128): "rw_ceiling_b1and_s32_16x8x128",
                ("bfloat16", 16): "rw_ceiling_bf16_f32_16x8x16",
                ("float32", 8): "rw_ceiling_tf32_f32_16x8x8",
                ("float64", 4): "rw_ceiling_f64_f64_16x8x4"}
+#: the b1 instruction every b1 row is also set against (the bar's)
+MMA_SYNC_B1 = "rw_ceiling_b1and_s32_16x8x256"
 WARPS_PER_BLOCK = 8
 CHAINS = 8
 
@@ -105,6 +122,7 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
     import torch
 
     from multibackend import driver, nvrtc
+    from multibackend.backends.raw_wmma import WGMMA_CC
     from multibackend.raw_wmma import source_path
     from multibackend.timing import time_gpu
 
@@ -115,9 +133,11 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
     warps = grid * WARPS_PER_BLOCK
     rows = {}
     for name, (dtype, m, n, k, fill) in PROBES.items():
-        if name in SM90_PROBES and major < 9:
+        wgmma = name in WGMMA_CEILING.values()
+        if (name in SM90_PROBES and major < 9) or (wgmma and (major, minor) != WGMMA_CC):
             continue
-        compiled = nvrtc.compile_cubin(source_path("ceiling.cu"), name, f"sm_{major}{minor}",
+        compiled = nvrtc.compile_cubin(source_path("ceiling.cu"), name,
+                                       f"sm_{major}{minor}{'a' if wgmma else ''}",
                                        [f"RW_ONLY={name}"])
         function = driver.load(compiled.path.read_bytes(), name, device)
         a, b = _filled(fill, 32 * 16 * 16, "cuda"), _filled(fill, 32 * 16 * 16, "cuda")
@@ -137,7 +157,8 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
                 break
             args.values.iterations = min(1 << 22, args.values.iterations * 4)
         t = time_gpu(run, warmup=2, reps=reps, flush_l2=False)
-        ops = warps * args.values.iterations * CHAINS * 2 * m * n * k
+        ops = (warps * args.values.iterations * CHAINS * 2 * m * n * k
+               // (WARPS_PER_WARPGROUP if wgmma else 1))
         rows[name] = {"dtype": dtype, "m": m, "n": n, "k": k, "backend": "ceiling",
                       "config": name, "ms": t.median_ms, "torch_ms": None,
                       "tops": ops / t.median_ms / 1e9, "ceiling_fraction": 1.0}
@@ -171,8 +192,7 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     problem = synthetic(size, size, size, dtype, cc=torch.cuda.get_device_capability(),
                         **options)
     chosen = mb.explain(a, b, backend="raw_wmma", **options).config.name
-    probe = (MMA_CEILING[dtype, int(chosen.split("_")[1].removeprefix("m16n8k"))]
-             if chosen.startswith("mma_") else CEILING_OF[dtype])
+    probe = _probe_of(dtype, chosen)
     call = (lambda: mb.matmul(a, b, backend="raw_wmma", **options))
     cmp = reference.compare(problem, call(), reference.reference_matmul(a, b))
     if not cmp.ok:
@@ -196,6 +216,15 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     return rows
 
 
+def _probe_of(dtype: str, config: str) -> str:
+    """The probe of the instruction ``config``'s kernel issues."""
+    if config.startswith("wgmma_"):
+        return WGMMA_CEILING[dtype]
+    if config.startswith("mma_"):
+        return MMA_CEILING[dtype, int(config.split("_")[1].removeprefix("m16n8k"))]
+    return CEILING_OF[dtype]
+
+
 def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     """The b1 AND GEMM at 8192 x 8192 x ``bits_k`` bits under every PTX config and the WMMA
     8x8x128 kernel (our kernels only: torch has none), each checked on rows and columns at
@@ -204,7 +233,7 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend.backends.raw_wmma import MMA_TILES
+    from multibackend.backends.raw_wmma import MMA_TILES, WGMMA_CC, WGMMA_TILES
     from multibackend.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8
@@ -213,8 +242,9 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     bits = torch.tensor([bin(v).count("1") for v in range(256)], device="cuda")
     ends = torch.tensor([0, 1, size - 2, size - 1], device="cuda")
     want = bits[(a[ends, :, None] & b[None, :, ends]).long()].sum(dim=1).int()
-    configs = {**{name: MMA_CEILING["bit", tile[0]] for name, tile in MMA_TILES["b1and"].items()},
-               "wmma_8x8x128": CEILING_OF["bit"]}
+    names = [*(WGMMA_TILES if torch.cuda.get_device_capability() == WGMMA_CC else ()),
+             *MMA_TILES["b1and"], "wmma_8x8x128"]
+    configs = {name: _probe_of("bit", name) for name in names}
     calls = {}
     for name in configs:
         def call(name=name):
@@ -229,7 +259,8 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
         tops = 2 * size * size * bits_k / ms / 1e9
         rows.append({"dtype": "bit", "m": size, "n": size, "k": bits_k, "backend": "raw_wmma",
                      "config": name, "ms": ms, "torch_ms": None, "tops": tops,
-                     "ceiling": probe, "ceiling_fraction": tops / ceiling[probe]["tops"]})
+                     "ceiling": probe, "ceiling_fraction": tops / ceiling[probe]["tops"],
+                     "mma_sync_ceiling_fraction": tops / ceiling[MMA_SYNC_B1]["tops"]})
     return rows
 
 
@@ -250,7 +281,8 @@ def main() -> int:
     for row in bit_rows(args.bits_k, ceiling):
         rows.append(row)
         print(f"bit       8192x8192x{args.bits_k}  {row['config']:26s} {row['tops']:8.1f} TOPS  "
-              f"{row['ceiling_fraction']:.3f} of {row['ceiling']}", flush=True)
+              f"{row['ceiling_fraction']:.3f} of {row['ceiling']}, "
+              f"{row['mma_sync_ceiling_fraction']:.3f} of {MMA_SYNC_B1}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

@@ -14,10 +14,14 @@
 // gives their layout): m16n8k128 and m16n8k256 .b1 AND + popcount, m16n8k32 .s8 and m16n8k8
 // .tf32, the instructions of the K-major GEMM (mma_kmajor.cu), and the f64 m16n8k4 / k8 / k16
 // of sm_90 (built for sm_80 they trap: the instruction does not exist there). Any bits serve a
-// ceiling, so each thread reads its registers from a and b in order.
+// ceiling, so each thread reads its registers from a and b in order. wgmma (sm_90a; other
+// builds trap), whose operands are shared memory tiles: each warpgroup copies A (64 rows) and
+// B (N rows) of 128 bytes each from a and b once, then runs rounds of kChains instructions
+// over the tiles' four 32-byte steps of K, one commit group per round, one group left in
+// flight; a warp's share of one instruction is 16 of its 64 rows.
 //
-// One templated body per kind (wmma_ceiling, ptx_ceiling); the extern "C" entry points below
-// name each instance and share one signature: (a, b, out, iterations).
+// One templated body per kind (wmma_ceiling, ptx_ceiling, wgmma_ceiling); the extern "C" entry
+// points below name each instance and share one signature: (a, b, out, iterations).
 #include "common.cuh"
 
 namespace rw {
@@ -96,6 +100,44 @@ __device__ __forceinline__ void ptx_ceiling(const void* a, const void* b, void* 
     }
 }
 
+// Wg: one of common.cuh's warpgroup instructions. a and b hold at least 2048 bytes each.
+template <typename Wg>
+__device__ __forceinline__ void wgmma_ceiling(const void* a, const void* b, void* out,
+                                              int iterations) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Acc = typename Wg::Acc;
+    constexpr int kABytes = 64 * 128, kBBytes = Wg::kN * 128, kWords = 2048 / 4;
+    __shared__ __align__(1024) unsigned tiles[(kABytes + kBBytes) / 4];
+    for (int i = threadIdx.x; i < kABytes / 4; i += blockDim.x)
+        tiles[i] = static_cast<const unsigned*>(a)[i % kWords];
+    for (int i = threadIdx.x; i < kBBytes / 4; i += blockDim.x)
+        tiles[kABytes / 4 + i] = static_cast<const unsigned*>(b)[i % kWords];
+    fence_proxy_async();
+    __syncthreads();
+    const unsigned base = shared_address(tiles);
+    const unsigned long long da = wgmma_desc(base), db = wgmma_desc(base + kABytes);
+    Acc acc[Wg::kN / 2];
+#pragma unroll
+    for (int e = 0; e < Wg::kN / 2; ++e) acc[e] = Acc(0);
+    for (int i = 0; i < iterations; ++i) {
+        wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < kChains; ++c)
+            Wg::step(acc, da + wgmma_desc_offset(32 * (c % 4)),
+                     db + wgmma_desc_offset(32 * (c % 4)));
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    Acc sum = Acc(0);
+#pragma unroll
+    for (int e = 0; e < Wg::kN / 2; ++e) sum += acc[e];
+    static_cast<Acc*>(out)[warp_index() * 32 + threadIdx.x % 32] = sum;
+#else
+    __trap();  // wgmma exists on sm_90a alone
+#endif
+}
+
 }  // namespace rw
 
 // Entry point rw_ceiling_<kind>_<acc>_<m>x<n>x<k>(a, b, out, iterations): a and b hold one
@@ -126,6 +168,11 @@ RW_CEILING(rw_ceiling_s8_s32_16x8x32, rw::ptx_ceiling<rw::MmaS8>)
 RW_CEILING(rw_ceiling_tf32_f32_16x8x8, rw::ptx_ceiling<rw::MmaTf32>)
 RW_CEILING(rw_ceiling_f16_f32_16x8x16, rw::ptx_ceiling<rw::MmaF16>)
 RW_CEILING(rw_ceiling_bf16_f32_16x8x16, rw::ptx_ceiling<rw::MmaBf16>)
+RW_CEILING(rw_ceiling_f16_f32_64x256x16, rw::wgmma_ceiling<rw::WgF16<256>>)
+RW_CEILING(rw_ceiling_bf16_f32_64x256x16, rw::wgmma_ceiling<rw::WgBf16<256>>)
+RW_CEILING(rw_ceiling_tf32_f32_64x256x8, rw::wgmma_ceiling<rw::WgTf32<256>>)
+RW_CEILING(rw_ceiling_s8_s32_64x128x32, rw::wgmma_ceiling<rw::WgS8<128>>)
+RW_CEILING(rw_ceiling_b1and_s32_64x256x256, rw::wgmma_ceiling<rw::WgB1And<256>>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x4, rw::ptx_ceiling<rw::MmaF64<4>>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x8, rw::ptx_ceiling<rw::MmaF64<8>>)
 RW_CEILING(rw_ceiling_f64_f64_16x8x16, rw::ptx_ceiling<rw::MmaF64<16>>)

@@ -45,6 +45,10 @@ from multibackend.raw_wmma import SOURCE_DIR
 SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu",
            "stage.cu", "mma_kmajor.cu")
 ARCHS = ("sm_80", "sm_90")
+#: the sources with warpgroup (wgmma) entry points, also built for sm_90a, the one target
+#: that has them
+WGMMA_ARCH = "sm_90a"
+WGMMA_SOURCES = ("mma_kmajor.cu", "ceiling.cu")
 
 needs_nvcc = pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
 needs_cuobjdump = pytest.mark.skipif(toolchain.find_binary_tool("cuobjdump") is None,
@@ -53,7 +57,7 @@ needs_cuobjdump = pytest.mark.skipif(toolchain.find_binary_tool("cuobjdump") is 
 
 # ---- building every entry point with nvcc ------------------------------------------------
 
-_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+)'")
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(sm_\d+a?)'")
 _PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _USED = re.compile(r"Used (\d+) registers")
 
@@ -104,7 +108,7 @@ def builds(tmp_path_factory):
     if toolchain.find_nvcc() is None or toolchain.find_binary_tool("cuobjdump") is None:
         pytest.skip("nvcc or cuobjdump not found")
     out_dir = tmp_path_factory.mktemp("raw_wmma_cubins")
-    jobs = [(s, a) for s in SOURCES for a in ARCHS]
+    jobs = [(s, a) for s in SOURCES for a in ARCHS] + [(s, WGMMA_ARCH) for s in WGMMA_SOURCES]
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
         results = list(pool.map(lambda job: _build(job[0], job[1], out_dir), jobs))
     return {(s, a): (report, sass) for s, a, report, sass in results}
@@ -116,15 +120,22 @@ def sm90_only(name: str) -> bool:
     return "f64" in name and ("_16x8x" in name or "_m16n8k" in name)
 
 
+def warpgroup_only(name: str) -> bool:
+    """Whether an entry point issues wgmma (the warpgroup GEMM and its ceiling probes): only
+    sm_90a has it, and built for any other target its body traps."""
+    return name.startswith("rw_wgmma_") or re.search(r"_64x\d+x\d+$", name) is not None
+
+
 def expected_family(name: str) -> str | None:
     """The tensor-core instruction family an entry point must contain (None for the dot and
-    the staging copy)."""
+    the staging copy): wgmma's (HGMMA, IGMMA, BGMMA) for the warpgroup entries."""
     if name.startswith(("rw_dot", "rw_stage")):
         return None
     parts = name.split("_")
     kind = parts[1] if parts[1].startswith("b1") else parts[2]
-    return {"f16": "HMMA", "bf16": "HMMA", "tf32": "HMMA", "f64": "DMMA", "s8": "IMMA",
-            "u8": "IMMA", "s4": "IMMA", "u4": "IMMA", "b1xor": "BMMA", "b1and": "BMMA"}[kind]
+    family = {"f16": "HMMA", "bf16": "HMMA", "tf32": "HMMA", "f64": "DMMA", "s8": "IMMA",
+              "u8": "IMMA", "s4": "IMMA", "u4": "IMMA", "b1xor": "BMMA", "b1and": "BMMA"}[kind]
+    return family[0] + "GMMA" if warpgroup_only(name) else family
 
 
 def _all_entries(builds) -> list[tuple[str, str, str]]:
@@ -154,12 +165,12 @@ def test_every_instantiation_uses_its_tensor_instruction(builds):
     for source, arch, name in _all_entries(builds):
         family = expected_family(name)
         sass = builds[(source, arch)][1].get(name, "")
-        if sm90_only(name) and arch < "sm_90":
-            assert "BPT.TRAP" in sass and not re.search(r"\b[HIBD]MMA\.", sass), name
+        if (sm90_only(name) and arch < "sm_90") or (warpgroup_only(name) and arch != WGMMA_ARCH):
+            assert "BPT.TRAP" in sass and not re.search(r"\b[HIBD]G?MMA\.", sass), name
             continue
         if family and not re.search(rf"\b{family}\.", sass):
             missing.append(f"{name} {arch}: no {family}")
-        others = {"HMMA", "IMMA", "DMMA", "BMMA"} - {family}
+        others = {"HMMA", "IMMA", "DMMA", "BMMA", "HGMMA", "IGMMA", "BGMMA"} - {family}
         if family and any(re.search(rf"\b{o}\.", sass) for o in others):
             missing.append(f"{name} {arch}: a tensor instruction other than {family}")
     assert not missing, "\n".join(missing)
@@ -200,13 +211,18 @@ def test_sass_details(builds):
 
 #: the SASS instruction each kind of the PTX K-major kernel exists for
 MMA_SASS = {"b1and": "BMMA.168{k}.AND.POPC", "s8": "IMMA.16832.S8.S8", "u8": "IMMA.16832.U8.U8",
-            "tf32": "HMMA.1688.F32.TF32", "f64": "DMMA.16x8x4"}
+            "f16": "HMMA.16816.F32 ", "bf16": "HMMA.16816.F32.BF16", "tf32": "HMMA.1688.F32.TF32",
+            "f64": "DMMA.16x8x4"}
+#: the SASS instruction of each warpgroup kind, {n} its columns
+WGMMA_SASS = {"b1and": "BGMMA.64x{n}x256.AND.POPC", "s8": "IGMMA.64x{n}x32.S8.S8",
+              "u8": "IGMMA.64x{n}x32.U8.U8", "f16": "HGMMA.64x{n}x16.F32 ",
+              "bf16": "HGMMA.64x{n}x16.F32.BF16", "tf32": "HGMMA.64x{n}x8.F32.TF32"}
 
 
 def _mma_problem(kind: str, **kw):
     if kind == "b1and":
         return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
-    dtype = {"s8": "int8", "u8": "uint8", "tf32": "float32", "f64": "float64"}[kind]
+    dtype = {v: k for k, v in rw.MMA_KINDS.items()}[kind]
     return synthetic(256, 256, 512, dtype, b_layout="col",
                      precision="tf32" if kind == "tf32" else None, **kw)
 
@@ -221,21 +237,24 @@ def test_ptx_mma_kernels_sass(builds):
     D pairwise (f64 built for sm_80 traps: its instruction is sm_90's); tf32 rounds its
     operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
     tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
+    wgmma = {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
+             for kind in rw.WGMMA_KINDS for name in rw.WGMMA_TILES}
     for arch in ARCHS:
         sass = builds[("mma_kmajor.cu", arch)][1]
-        assert set(sass) == {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
-                             for kind, tiles in rw.MMA_TILES.items() for name in tiles}
+        assert set(sass) == wgmma | {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
+                                     for kind, tiles in rw.MMA_TILES.items() for name in tiles}
         for name, text in sass.items():
             kind = name.split("_")[2]
-            if sm90_only(name) and arch < "sm_90":
-                assert "BPT.TRAP" in text and "DMMA" not in text, f"{name} {arch}"
+            if (sm90_only(name) and arch < "sm_90") or name in wgmma:
+                assert "BPT.TRAP" in text and not re.search(r"[DH]G?MMA", text), f"{name} {arch}"
                 continue
             k = re.search(r"m16n8k(\d+)", name).group(1)
             want = MMA_SASS[kind].format(k=k)
             assert want in text, f"{name} {arch}: no {want}"
             assert len(set(re.findall(r"\b[HIBD]MMA\.[\w.]+", text))) == 1, f"{name} {arch}"
-            loads, pair = ("LDS.64", "STG.E.128") if kind == "f64" else ("LDSM.16.M88.4",
-                                                                          "STG.E.64")
+            loads, pair = {"f64": ("LDS.64", "STG.E.128"), "f16": ("LDSM.16.M88.4", "STG.E "),
+                           "bf16": ("LDSM.16.M88.4", "STG.E ")}.get(kind, ("LDSM.16.M88.4",
+                                                                          "STG.E.64"))
             assert loads in text, f"{name} {arch}: fragments not loaded with {loads}"
             assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
             assert pair in text, f"{name} {arch}: no paired store"
@@ -243,13 +262,52 @@ def test_ptx_mma_kernels_sass(builds):
             assert rounds == (kind == "tf32"), f"{name} {arch}: rounding"
 
 
+@pytest.mark.slow
+@needs_nvcc
+@needs_cuobjdump
+def test_wgmma_kernels_sass(builds):
+    """Built for sm_90a, each warpgroup kernel issues its kind's wgmma of the width its tile
+    takes (128 columns for s8 / u8, whose instruction stops at 224, and for the 128-column
+    tile) and no mma.sync, fences the copies for the async proxy, keeps one wgmma group in
+    flight while the next is issued, copies with 16-byte cp.async (zero-filling at the edges)
+    and stores D pairwise; 0 spills and no stack."""
+    report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
+    for kind in rw.WGMMA_KINDS:
+        for config, (bm, bn, _) in rw.WGMMA_TILES.items():
+            name = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
+            text = sass[name]
+            n = 128 if kind in ("s8", "u8") or bn == 128 else 256
+            want = WGMMA_SASS[kind].format(n=n)
+            assert len(re.findall(re.escape(want), text)) == 4 * bn // n, f"{name}: {want}"
+            assert not re.search(r"\b[HIBD]MMA\.", text), f"{name}: an mma.sync"
+            for what in ("WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "FENCE.VIEW.ASYNC.S"):
+                assert what in text, f"{name}: no {what}"
+            assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
+            assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
+            r = report[name]
+            assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+
+
 def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
     backend = rw.create()
     wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw.FRAGS["int8"]],
             "u8": [f"wmma_{f}" for f in rw.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"],
-            "f64": ["wmma_8x8x4"]}
+            "f64": ["wmma_8x8x4"], "f16": [f"wmma_{f}" for f in rw.FRAGS["float16"]],
+            "bf16": [f"wmma_{f}" for f in rw.FRAGS["bfloat16"]]}
     for kind, tiles in rw.MMA_TILES.items():
-        assert [c.name for c in backend.configs(_mma_problem(kind))] == [*tiles, *wmma[kind]]
+        wgmma = list(rw.WGMMA_TILES) if kind in rw.WGMMA_KINDS else []
+        fast = list(rw.FAST_TILES) if kind in ("f16", "bf16") else []
+        assert [c.name for c in backend.configs(_mma_problem(kind))] == \
+            [*wgmma, *fast, *tiles, *wmma[kind]]
+        assert [c.name for c in backend.configs(_mma_problem(kind, cc=(8, 0)))] == \
+            [*fast, *(tiles if kind != "f64" else ()), *wmma[kind]]
+        if wgmma:
+            kernel = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(wgmma[0]))
+            bm, bn, stages = rw.WGMMA_TILES[wgmma[0]]
+            assert kernel.name == f"rw_wgmma_{kind}_{wgmma[0].removeprefix('wgmma_')}"
+            assert kernel.threads == bm // 16 * 32 and kernel.arch_suffix == "a"
+            assert kernel.smem == rw.mma_smem_bytes(bm, bn, stages, warpgroup=True)
+            assert "sm_90a" in rw.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
         first = next(iter(tiles))
         kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
@@ -258,6 +316,7 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
         assert kernel.tile == (bm, bn) and kernel.smem == rw.mma_smem_bytes(bm, bn, stages)
     assert "sm_90" in rw.mma_eligible(_mma_problem("f64", cc=(8, 0)))
     assert rw.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
+    assert "no f64" in rw.wgmma_eligible(_mma_problem("f64", cc=(9, 0)))
     assert rw.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
         "rw_mma_b1and_m16n8k256_128x256_s4"
     with pytest.raises(InvalidArgument, match="mma_m16n8k32_128x256_s4"):
@@ -297,7 +356,14 @@ CEILING_INSTRUCTIONS = {
     "rw_ceiling_tf32_f32_16x8x8": r"HMMA\.1688\.F32\.TF32 ",
     "rw_ceiling_f64_f64_16x8x4": r"DMMA\.16x8x4 ",
     "rw_ceiling_f64_f64_16x8x8": r"DMMA\.16x8x8 ",
-    "rw_ceiling_f64_f64_16x8x16": r"DMMA\.16x8x16 "}
+    "rw_ceiling_f64_f64_16x8x16": r"DMMA\.16x8x16 ",
+    "rw_ceiling_f16_f32_16x8x16": r"HMMA\.16816\.F32 ",
+    "rw_ceiling_bf16_f32_16x8x16": r"HMMA\.16816\.F32\.BF16 ",
+    "rw_ceiling_f16_f32_64x256x16": r"HGMMA\.64x256x16\.F32 ",
+    "rw_ceiling_bf16_f32_64x256x16": r"HGMMA\.64x256x16\.F32\.BF16 ",
+    "rw_ceiling_tf32_f32_64x256x8": r"HGMMA\.64x256x8\.F32\.TF32 ",
+    "rw_ceiling_s8_s32_64x128x32": r"IGMMA\.64x128x32\.S8\.S8 ",
+    "rw_ceiling_b1and_s32_64x256x256": r"BGMMA\.64x256x256\.AND\.POPC "}
 
 
 @pytest.mark.slow
@@ -305,20 +371,24 @@ CEILING_INSTRUCTIONS = {
 @needs_cuobjdump
 def test_ceiling_probes_run_their_instruction_from_registers(builds):
     """Each probe issues its instruction for every one of its 8 accumulator chains inside a
-    loop, and reads memory only for its two fragments, before the loop."""
-    for arch in ARCHS:
+    loop, and reads memory only for its two fragments, before the loop (wgmma, built for
+    sm_90a: its tiles, copied into shared memory before the loop, are its operands; built
+    for any other target it traps)."""
+    for arch in (*ARCHS, WGMMA_ARCH):
         sass = builds[("ceiling.cu", arch)][1]
         assert set(sass) == set(CEILING_INSTRUCTIONS), arch
         for name, pattern in CEILING_INSTRUCTIONS.items():
             text = sass[name]
-            if sm90_only(name) and arch < "sm_90":
-                assert "BPT.TRAP" in text and "DMMA" not in text, f"{name} {arch}"
+            if (sm90_only(name) and arch < "sm_90") or (warpgroup_only(name)
+                                                        and arch != WGMMA_ARCH):
+                assert "BPT.TRAP" in text and not re.search(pattern, text), f"{name} {arch}"
                 continue
             assert len(re.findall(pattern, text)) >= 8, f"{name} {arch}: fewer than 8 {pattern}"
             lines = text.splitlines()
             mma = [i for i, line in enumerate(lines) if re.search(pattern, line)]
             loads = [i for i, line in enumerate(lines) if re.search(r"\bLD(G|S|SM)?\.", line)]
-            stores = [i for i, line in enumerate(lines) if re.search(r"\bST(G|S)?\.", line)]
+            stored = r"\bSTG\." if warpgroup_only(name) else r"\bST(G|S)?\."
+            stores = [i for i, line in enumerate(lines) if re.search(stored, line)]
             assert loads and max(loads) < min(mma), f"{name} {arch}: a read among the MMAs"
             assert stores and min(stores) > max(mma), f"{name} {arch}: a store among the MMAs"
             assert any("BRA" in line for line in lines[min(mma):min(stores)]), \
@@ -341,6 +411,9 @@ def test_the_ceiling_benchmark_launches_every_probe_as_its_name_says():
     for name, (_, m, n, k, _) in bench.PROBES.items():
         assert name.endswith(f"_{m}x{n}x{k}")
     assert set(bench.SM90_PROBES) == {n for n in bench.PROBES if "f64" in n and "_16x8x" in n}
+    assert set(bench.WGMMA_CEILING.values()) == {n for n in bench.PROBES if warpgroup_only(n)}
+    assert all(bench.PROBES[probe][0] == dtype for dtype, probe in bench.WGMMA_CEILING.items())
+    assert all(bench.PROBES[probe][0] == dtype for (dtype, _), probe in bench.MMA_CEILING.items())
     assert {dtype for dtype, _ in bench.GEMMS} | {"bit"} == set(bench.CEILING_OF)
     assert all(bench.PROBES[probe][0] == dtype for dtype, probe in bench.CEILING_OF.items())
     assert bench.CHAINS == 8 and bench.WARPS_PER_BLOCK * 32 == 256  # ceiling.cu's constants
@@ -405,9 +478,15 @@ def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
             size = rw.mma_smem_bytes(bm, bn, st)
             assert size <= 227 * 1024
             mma = {"b1and": f"rw::MmaB1And<{k}>, 1", "s8": "rw::MmaS8, 1", "u8": "rw::MmaU8, 1",
-                   "tf32": "rw::MmaTf32, 4", "f64": "rw::MmaF64<4>, 8"}[kind]
+                   "f16": "rw::MmaF16, 2", "bf16": "rw::MmaBf16, 2", "tf32": "rw::MmaTf32, 4",
+                   "f64": "rw::MmaF64<4>, 8"}[kind]
             lines.append(f"static_assert(rw::KMajorGemm<{mma}, {bm}, {bn}, {wm}, {wn}, {st}>::"
                          f"kSmemBytes == {size}, \"{kind} smem {bm}x{bn} s{st}\");")
+    for bm, bn, st in rw.WGMMA_TILES.values():
+        size = rw.mma_smem_bytes(bm, bn, st, warpgroup=True)
+        assert size <= 227 * 1024
+        lines.append(f"static_assert(rw::KMajorGemm<rw::WgF16<{bn}>, 2, {bm}, {bn}, {bm // 16}, "
+                     f"1, {st}>::kSmemBytes == {size}, \"wgmma smem {bm}x{bn} s{st}\");")
     src = tmp_path / "smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([str(toolchain.require_nvcc()), "-arch=sm_90", "-cubin",

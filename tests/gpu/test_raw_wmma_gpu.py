@@ -152,9 +152,10 @@ def compiled_kernels():
 def test_matmul_every_dtype_layout_config(t, layouts, config):
     index = PLAN.index((t, layouts, config))
     shapes = [SHAPES[(index + i) % len(SHAPES)] for i in range(3)]
-    # fast and mma configs need 16-byte aligned rows: keep ld a multiple of 16 bytes, the
-    # sizes ragged
-    pad = 16 // _torch_dtype(t[0]).itemsize if config.startswith(("fast_", "mma_")) else 1
+    # fast, mma and wgmma configs need 16-byte aligned rows: keep ld a multiple of 16 bytes,
+    # the sizes ragged
+    pad = 16 // _torch_dtype(t[0]).itemsize if config.startswith(("fast_", "mma_", "wgmma_")) \
+        else 1
     for m, n, k in shapes:
         _run_and_check(t, layouts, config, m, n, k, pad=pad)
     _run_and_check(t, layouts, config, 37, 45, 53, batch=3, with_c=True, pad=pad)
