@@ -241,8 +241,6 @@ struct KMajorGemm {
                 cp_async_wait<STAGES - 3>();
                 fence_proxy_async();  // this thread's copies, visible to the tensor cores
                 __syncthreads();
-                issue(kt + STAGES - 2, write);
-                write = write + 1 == STAGES ? 0 : write + 1;
                 const unsigned stage = smem + read * kStageBytes;
                 read = read + 1 == STAGES ? 0 : read + 1;
                 const unsigned long long da = wgmma_desc(stage + a_row);
@@ -256,6 +254,8 @@ struct KMajorGemm {
                                   da + wgmma_desc_offset(32 * s),
                                   db + wgmma_desc_offset(Mma::kN * kKRowBytes * h + 32 * s));
                 wgmma_commit();
+                issue(kt + STAGES - 2, write);  // behind the k-tile's wgmma, already queued
+                write = write + 1 == STAGES ? 0 : write + 1;
                 wgmma_wait<1>();
             }
             wgmma_wait<0>();
