@@ -337,12 +337,14 @@ def _b1_operands(m, n, kbytes, batch, gen):
     return a[..., :kbytes], b[:, :kbytes].T
 
 
-@pytest.mark.parametrize("config", list(rw.MMA_TILES["b1and"]))
+@pytest.mark.parametrize("config", [*rw.MMA_TILES["b1and"], *rw.WGMMA_TILES])
 def test_ptx_b1_kernel_exact_with_and_without_c(config):
     from multibackend.api import execute
     from multibackend.dispatch import decide
     from multibackend.request import matmul_call
 
+    if config in rw.WGMMA_TILES and _cc() != rw.WGMMA_CC:
+        pytest.skip("wgmma needs sm_90a")
     gen = torch.Generator().manual_seed(len(config))
     for m, n, kbytes, batch in B1_SHAPES:
         a, b = _b1_operands(m, n, kbytes, batch, gen)
@@ -365,6 +367,8 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
 
 
 def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
+    """Aligned AND products default to the K-major kernel (wgmma on sm_90a), exact, and its
+    paired stores are not taken for a D that is not 8-byte aligned."""
     from multibackend.request import matmul_call
 
     gen = torch.Generator().manual_seed(11)
@@ -373,7 +377,8 @@ def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     call = matmul_call(a, b, None, alpha=1, beta=0, out_dtype="int32", acc_dtype="int32",
                        packed="bit", bitop="and", op="binary_matmul")
     chosen = multibackend.explain(call.problem, backend="raw_wmma").config
-    assert chosen.name == next(iter(rw.MMA_TILES["b1and"]))
+    first = rw.WGMMA_TILES if _cc() == rw.WGMMA_CC else rw.MMA_TILES["b1and"]
+    assert chosen.name == next(iter(first))
     d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
     ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)
     assert torch.equal(d.to(torch.int64), ref[0])
