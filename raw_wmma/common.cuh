@@ -358,7 +358,7 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // wgmma accumulator lists: the operand numbers %0 .. %63 and %64 .. %127, the list of a
 // 64- and a 128-register instruction with its two descriptors' operands after it, and the
-// matching "+" R(d[i]) constraints.
+// matching "+" R(d[i]) constraints, 8 at a time.
 #define RW_WG_NUM_0_63 \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
     "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, " \
@@ -372,32 +372,16 @@ __device__ __forceinline__ void wgmma_wait() {
     "%126, %127"
 #define RW_WG_REGS_64 "{" RW_WG_NUM_0_63 "}, %64, %65"
 #define RW_WG_REGS_128 "{" RW_WG_NUM_0_63 ", " RW_WG_NUM_64_127 "}, %128, %129"
+#define RW_WG_OUT8(R, i) \
+    "+" R(d[(i)]), "+" R(d[(i) + 1]), "+" R(d[(i) + 2]), "+" R(d[(i) + 3]), \
+    "+" R(d[(i) + 4]), "+" R(d[(i) + 5]), "+" R(d[(i) + 6]), "+" R(d[(i) + 7])
 #define RW_WG_OUTS_64(R) \
-    "+" R(d[0]), "+" R(d[1]), "+" R(d[2]), "+" R(d[3]), "+" R(d[4]), "+" R(d[5]), \
-    "+" R(d[6]), "+" R(d[7]), "+" R(d[8]), "+" R(d[9]), "+" R(d[10]), "+" R(d[11]), \
-    "+" R(d[12]), "+" R(d[13]), "+" R(d[14]), "+" R(d[15]), "+" R(d[16]), "+" R(d[17]), \
-    "+" R(d[18]), "+" R(d[19]), "+" R(d[20]), "+" R(d[21]), "+" R(d[22]), "+" R(d[23]), \
-    "+" R(d[24]), "+" R(d[25]), "+" R(d[26]), "+" R(d[27]), "+" R(d[28]), "+" R(d[29]), \
-    "+" R(d[30]), "+" R(d[31]), "+" R(d[32]), "+" R(d[33]), "+" R(d[34]), "+" R(d[35]), \
-    "+" R(d[36]), "+" R(d[37]), "+" R(d[38]), "+" R(d[39]), "+" R(d[40]), "+" R(d[41]), \
-    "+" R(d[42]), "+" R(d[43]), "+" R(d[44]), "+" R(d[45]), "+" R(d[46]), "+" R(d[47]), \
-    "+" R(d[48]), "+" R(d[49]), "+" R(d[50]), "+" R(d[51]), "+" R(d[52]), "+" R(d[53]), \
-    "+" R(d[54]), "+" R(d[55]), "+" R(d[56]), "+" R(d[57]), "+" R(d[58]), "+" R(d[59]), \
-    "+" R(d[60]), "+" R(d[61]), "+" R(d[62]), "+" R(d[63])
+    RW_WG_OUT8(R, 0), RW_WG_OUT8(R, 8), RW_WG_OUT8(R, 16), RW_WG_OUT8(R, 24), \
+    RW_WG_OUT8(R, 32), RW_WG_OUT8(R, 40), RW_WG_OUT8(R, 48), RW_WG_OUT8(R, 56)
 #define RW_WG_OUTS_128(R) \
     RW_WG_OUTS_64(R), \
-    "+" R(d[64]), "+" R(d[65]), "+" R(d[66]), "+" R(d[67]), "+" R(d[68]), "+" R(d[69]), \
-    "+" R(d[70]), "+" R(d[71]), "+" R(d[72]), "+" R(d[73]), "+" R(d[74]), "+" R(d[75]), \
-    "+" R(d[76]), "+" R(d[77]), "+" R(d[78]), "+" R(d[79]), "+" R(d[80]), "+" R(d[81]), \
-    "+" R(d[82]), "+" R(d[83]), "+" R(d[84]), "+" R(d[85]), "+" R(d[86]), "+" R(d[87]), \
-    "+" R(d[88]), "+" R(d[89]), "+" R(d[90]), "+" R(d[91]), "+" R(d[92]), "+" R(d[93]), \
-    "+" R(d[94]), "+" R(d[95]), "+" R(d[96]), "+" R(d[97]), "+" R(d[98]), "+" R(d[99]), \
-    "+" R(d[100]), "+" R(d[101]), "+" R(d[102]), "+" R(d[103]), "+" R(d[104]), \
-    "+" R(d[105]), "+" R(d[106]), "+" R(d[107]), "+" R(d[108]), "+" R(d[109]), \
-    "+" R(d[110]), "+" R(d[111]), "+" R(d[112]), "+" R(d[113]), "+" R(d[114]), \
-    "+" R(d[115]), "+" R(d[116]), "+" R(d[117]), "+" R(d[118]), "+" R(d[119]), \
-    "+" R(d[120]), "+" R(d[121]), "+" R(d[122]), "+" R(d[123]), "+" R(d[124]), \
-    "+" R(d[125]), "+" R(d[126]), "+" R(d[127])
+    RW_WG_OUT8(R, 64), RW_WG_OUT8(R, 72), RW_WG_OUT8(R, 80), RW_WG_OUT8(R, 88), \
+    RW_WG_OUT8(R, 96), RW_WG_OUT8(R, 104), RW_WG_OUT8(R, 112), RW_WG_OUT8(R, 120)
 
 // The warpgroup kinds: wgmma.mma_async.sync.aligned.<SHAPE> {d}, a-desc, b-desc, <TAIL> with
 // both operands K-major in shared memory, ACC accumulators (constraint R, REGS of them: an
