@@ -9,8 +9,9 @@ Run from the repository root on a machine with a GPU:
 Probes: each launch fills every SM (``--blocks-per-sm`` blocks of 8 warps), each warp issuing
 ``iterations`` rounds of 8 independent instructions from registers (wgmma, sm_90a only: each
 warpgroup issuing rounds of 8 instructions on tiles it copied into shared memory once);
-iterations are scaled until a launch takes about ``--probe-ms``. Kernel mode timing (CUDA events, the GPU held busy while
-the host queues; no L2 flush, the probes read 2 fragments), median of ``--reps`` runs.
+iterations are scaled until a launch takes about ``--probe-ms``. Kernel mode timing (CUDA
+events, the GPU held busy while the host queues; no L2 flush, the probes read 2 fragments),
+median of ``--reps`` runs.
 
 GEMMs (random non-zero operands, checked against float64 before they are timed, torch's call
 timed alternately with ours in eager mode: back-to-back public calls, host included): f16 and

@@ -151,7 +151,7 @@ __device__ __forceinline__ void write_element<int>(const Epilogue& e, int b, int
     static_cast<int*>(e.d)[(static_cast<long long>(b) * M + m) * N + n] = static_cast<int>(v);
 }
 
-// ---- cp.async, ldmatrix, shared loads and block order (the pipelined kernels) -------------------------
+// ---- cp.async, ldmatrix, shared loads and block order (the pipelined kernels) ------------
 // A 16-byte cp.async copying src_bytes (0..16) and zero-filling the rest; the same copy of
 // all 16 bytes; committing and waiting for groups of copies. The destination is a shared
 // memory address (__cvta_generic_to_shared of a pointer, see shared_address).
@@ -220,13 +220,13 @@ __device__ __forceinline__ int fresh_block() {
 // The kinds below share one fragment layout in bytes along K, so one ldmatrix pattern feeds
 // them all (groupID g = lane / 4, t = lane % 4): A (16 rows, K-contiguous) in kA registers,
 // register i holding row g + 8 * (i % 2), bytes 16 * (i / 2) + 4 * t .. + 4; B (8 columns,
-// K-contiguous) in kB registers, register j holding column g, bytes 16 * j + 4 * t .. + 4; C and
-// D in 4 accumulators, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1. So 32
-// bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8, m16n8k16 f16 / bf16 or m16n8k8
-// tf32 (kA 4, kB 2), or two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is what an element's bits
-// need before it (tf32: rounding to nearest, ties away, as __float_to_tf32; else nothing).
-// Reg: the type of one fragment register (MmaF64's are doubles, see there); Out: the type
-// the GEMM writes D in when D is plain.
+// K-contiguous) in kB registers, register j holding column g, bytes 16 * j + 4 * t .. + 4; C
+// and D in 4 accumulators, rows g (c0, c1) and g + 8 (c2, c3), columns 2 * t and 2 * t + 1. So
+// 32 bytes of K per row feed one m16n8k256 b1, m16n8k32 s8 / u8, m16n8k16 f16 / bf16 or m16n8k8
+// tf32 (kA 4, kB 2), or two m16n8k128 b1 (kA 2, kB 1). step() is one instruction; operand() is
+// what an element's bits need before it (tf32: rounding to nearest, ties away, as
+// __float_to_tf32; else nothing). Reg: the type of one fragment register (MmaF64's are doubles,
+// see there); Out: the type the GEMM writes D in when D is plain.
 template <int KBITS>
 struct MmaB1And {  // mma.sync.aligned.m16n8k<KBITS>.row.col.s32.b1.b1.s32.and.popc
     static_assert(KBITS == 128 || KBITS == 256, "m16n8k128 or m16n8k256");

@@ -1,6 +1,7 @@
-// The PTX mma.sync GEMM on K-contiguous operands (A row-major, B column-major):
-// D = alpha * A @ B + beta * C with register fragments loaded by ldmatrix from a cp.async
-// multi-stage pipeline, for every kind whose fragments share common.cuh's byte layout:
+// The PTX GEMM on K-contiguous operands (A row-major, B column-major): D = alpha * A @ B +
+// beta * C from a cp.async multi-stage pipeline of swizzled shared tiles, computed either by
+// warps' mma.sync on register fragments loaded by ldmatrix, for every kind whose fragments
+// share common.cuh's byte layout:
 //   b1 AND   mma.sync.aligned.m16n8k256 / m16n8k128 .row.col.s32.b1.b1.s32.and.popc
 //   s8, u8   mma.sync.aligned.m16n8k32.row.col.s32.{s8,u8}.{s8,u8}.s32 (int32 out)
 //   tf32     mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (float32 in and out; each
@@ -8,6 +9,10 @@
 //   f16,     mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (float32
 //   bf16     accumulators; D in the operands' type or float32)
 //   f64      mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 (sm_90)
+// or, on sm_90a, by warpgroups' wgmma.mma_async reading both operands from the same tiles
+// through shared memory descriptors (the tiles' swizzle is wgmma's 128-byte one): b1 AND
+// m64nNk256, s8 / u8 m64nNk32, f16 / bf16 m64nNk16 and tf32 m64nNk8 (whose tensor cores ignore
+// the operands' low 13 bits: truncation, not the rounding above).
 //
 // The kernel sees each operand as rows of bytes along K: A as M rows of kbytes bytes, B as N
 // columns of kbytes bytes (the transposed view of an N x K row-major array), rows lda / ldb
@@ -18,21 +23,21 @@
 // cores as they lie.
 //
 // Shared memory holds, per stage, A's BM rows and B's BN columns of one 128-byte k-tile (1024
-// bits, 128 s8, 64 f16, 32 tf32, 16 f64). Each row is eight 16-byte chunks stored at chunk ^ (row % 8): the
-// eight rows an ldmatrix phase reads at one chunk fall in eight different bank groups, and so
-// do the chunks a warp's cp.async writes. ldmatrix reads the bytes as 16-bit elements, and an
-// 8 x 8 matrix of them gives lane l the 4 bytes at row l / 4, bytes 4 * (l % 4) .. of its 16:
-// exactly the fragments (A's rows g and g + 8, B's column g). One x4 load per 16 rows of A and
-// per 16 columns of B covers 32 bytes of K: one instruction of kA = 4 registers, or two of 2.
-// Each warp keeps two steps' fragments in registers: the next 32 bytes load while the current
-// ones feed the tensor cores, across k-tiles too.
+// bits, 128 s8, 64 f16, 32 tf32, 16 f64). Each row is eight 16-byte chunks stored at chunk ^
+// (row % 8): the eight rows an ldmatrix phase reads at one chunk fall in eight different bank
+// groups, and so do the chunks a warp's cp.async writes. ldmatrix reads the bytes as 16-bit
+// elements, and an 8 x 8 matrix of them gives lane l the 4 bytes at row l / 4, bytes 4 * (l %
+// 4) .. of its 16: exactly the fragments (A's rows g and g + 8, B's column g). One x4 load per
+// 16 rows of A and per 16 columns of B covers 32 bytes of K: one instruction of kA = 4
+// registers, or two of 2. Each warp keeps two steps' fragments in registers: the next 32 bytes
+// load while the current ones feed the tensor cores, across k-tiles too.
 //
-// Copies: a k-tile wholly inside the matrices is copied with unguarded 16-byte cp.async; at
-// the edges each copy takes min(16, bytes left in the row) and zero-fills the rest, rows past
-// M or N are zero (zeros add nothing to a product or an AND popcount), and nothing outside the
-// matrices is read. Epilogue: each lane writes its accumulators' pairs of columns, as one
-// store of two outputs when D is written plainly (alpha 1, no C, D in the kind's Out type),
-// its base aligned to the pair and the pair inside an even row; else element by element.
+// Copies: a k-tile wholly inside the matrices is copied with unguarded 16-byte cp.async; at the
+// edges each copy takes min(16, bytes left in the row) and zero-fills the rest, rows past M or
+// N are zero (zeros add nothing to a product or an AND popcount), and nothing outside the
+// matrices is read. Epilogue: each lane writes its accumulators' pairs of columns, as one store
+// of two outputs when D is written plainly (alpha 1, no C, D in the kind's Out type), its base
+// aligned to the pair and the pair inside an even row; else element by element.
 //
 // One templated body (KMajorGemm); the extern "C" entry points below name each instance.
 #include "common.cuh"
