@@ -21,8 +21,9 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``decode``: decode-sized products, M in {1, 2, 4, ..., 512} times eight LLM (N, K)
   projections (Llama-3-8B's q/o, fused q/k/v, k/v, MLP up, fused gate/up and down, its
   128256-word vocabulary head, and a 70B-sized fused q/k/v), where the work is reading B once.
-- ``few_tile``: products with fewer 128x256 output tiles than an H100 has multiprocessors
-  (cubes from 768 to 2048, small M*N with deep K), where a data-parallel grid idles.
+- ``few_tile``: products of at most two waves of 128x256 output tiles on an H100's 132
+  multiprocessors, most of them less than one (cubes from 768 to 2560, small M*N with deep
+  K: 128x128x65536 is one tile), where a data-parallel grid idles.
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
@@ -120,7 +121,9 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     "decode": tuple(Shape(1, m, n, k) for n, k in DECODE_PROJECTIONS for m in DECODE_TOKENS),
     "few_tile": (Shape(1, 768, 768, 768), Shape(1, 1000, 1000, 1000),
                  Shape(1, 1024, 1024, 1024), Shape(1, 1536, 1536, 1536),
-                 Shape(1, 2048, 2048, 2048), Shape(1, 512, 512, 16384),
+                 Shape(1, 2048, 2048, 2048), Shape(1, 2560, 2560, 2560),
+                 Shape(1, 128, 128, 65536), Shape(1, 256, 512, 32768),
+                 Shape(1, 1024, 1024, 16384), Shape(1, 512, 512, 16384),
                  Shape(1, 256, 1024, 8192), Shape(1, 1024, 2048, 4096)),
     # 16-bit rows off the 16-byte grid (K or N not a multiple of 8): cuBLAS's slow path
     "misaligned": (Shape(1, 4095, 4095, 4095), Shape(1, 4097, 4095, 4096),
