@@ -44,10 +44,10 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
-from multibackend import driver, dtypes, native, nvrtc, staging
+from multibackend import driver, dtypes, native, nvrtc, staging, tensormap
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
-from multibackend.driver import FLOAT64, INT32, INT64, POINTER, Param
+from multibackend.driver import FLOAT64, INT32, INT64, POINTER, TENSOR_MAP, Param
 from multibackend.environment import package_version
 from multibackend.errors import InvalidArgument
 from multibackend.problem import Operand, Problem
@@ -104,6 +104,10 @@ WGMMA_TILES = {"wgmma_256x128_s4": (256, 128, 4), "wgmma_128x256_s4": (128, 256,
 WGMMA_CC = (9, 0)
 #: the bytes the warpgroup kernel's stages may need to start on a 1024-byte boundary
 WGMMA_ALIGN = 1024
+#: TMA-fed warpgroup tiles: name -> (BM, BN, stages, CTAs per cluster sharing B's loads);
+#: BM / 64 consumer warpgroups and one producer warpgroup; the default first (kept in step
+#: with RW_TMA_TILES in raw_wmma/mma_kmajor.cu)
+TMA_TILES = {"tma_128x256_c1": (128, 256, 4, 1), "tma_128x256_c2": (128, 256, 4, 2)}
 
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
@@ -142,6 +146,12 @@ GEMM_PARAMS: dict[str, tuple[Param, ...]] = {
     + (("satf", INT32),),
 }
 GEMM_PARAMS["mma_kmajor.cu"] = GEMM_PARAMS["wmma_subbyte.cu"]
+#: the TMA kernels' parameters (RW_TMA): A and B as tensor maps, then C, D and the epilogue's
+TMA_PARAMS: tuple[Param, ...] = (
+    ("a_map", TENSOR_MAP), ("b_map", TENSOR_MAP), ("c", POINTER), ("d", POINTER), ("M", INT32),
+    ("N", INT32), ("kbytes", INT32), ("scm", INT64), ("scn", INT64), ("sbc", INT64),
+    ("batch", INT32), ("alpha", FLOAT64), ("beta", FLOAT64), ("c_code", INT32),
+    ("d_code", INT32))
 DOT_PARAMS: tuple[Param, ...] = (("x", POINTER), ("sx", INT64), ("y", POINTER), ("sy", INT64),
                                  ("n", INT64), ("partial", POINTER))
 DOT_FINAL_PARAMS: tuple[Param, ...] = (("partial", POINTER), ("count", INT32), ("out", POINTER),
@@ -275,6 +285,23 @@ def wgmma_eligible(problem: Problem) -> str | None:
     return None
 
 
+def tma_eligible(problem: Problem) -> str | None:
+    """None when the TMA-fed warpgroup kernel can run ``problem``, else why not."""
+    if why := wgmma_eligible(problem):
+        return why
+    for name, op in (("A", problem.a), ("B", problem.b)):
+        if problem.batch > 1 and op.batch_stride == 0:
+            return (f"{name} is shared by the {problem.batch} batch entries (batch stride 0): "
+                    "the TMA kernel's tensor maps step through distinct entries")
+    return None
+
+
+def tma_smem_bytes(bm: int, bn: int, stages: int) -> int:
+    """Dynamic shared memory of a TMA kernel instance (TmaGemm::kSmemBytes): the stages from a
+    1024-byte boundary, then two mbarriers per stage."""
+    return stages * (bm + bn) * MMA_ROW_BYTES + 2 * stages * 8 + WGMMA_ALIGN
+
+
 def mma_smem_bytes(bm: int, bn: int, stages: int, warpgroup: bool = False) -> int:
     """Dynamic shared memory of a K-major kernel instance (KMajorGemm::kSmemBytes)."""
     return stages * (bm + bn) * MMA_ROW_BYTES + (WGMMA_ALIGN if warpgroup else 0)
@@ -286,8 +313,9 @@ def _lay(op: Operand) -> str:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One entry point: its source file, name, block size and dynamic shared memory, and the
-    suffix of the target it needs ("a": sm_90a's architecture-specific instructions)."""
+    """One entry point: its source file, name, block size and dynamic shared memory, the
+    suffix of the target it needs ("a": sm_90a's architecture-specific instructions) and, for a
+    TMA kernel, the rows of its boxes of A and of B (None: the kernel reads pointers)."""
 
     source: str
     name: str
@@ -295,6 +323,12 @@ class Kernel:
     smem: int = 0
     tile: tuple[int, int] = (0, 0)
     arch_suffix: str = ""
+    tma_boxes: tuple[int, int] | None = None
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        """The kernel's parameter list (:data:`GEMM_PARAMS`, :data:`TMA_PARAMS`)."""
+        return TMA_PARAMS if self.tma_boxes else GEMM_PARAMS[self.source]
 
 
 def fast_smem_bytes(bm: int, bn: int, bk: int, stages: int, a_row: bool, b_row: bool) -> int:
@@ -328,6 +362,15 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       wm * wn * 32,
                       fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
                       (bm, bn))
+    if config.name in TMA_TILES:
+        why = tma_eligible(problem)
+        if why:
+            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        bm, bn, stages, cluster = TMA_TILES[config.name]
+        return Kernel("mma_kmajor.cu",
+                      f"rw_tma_{mma_kind(problem)}_{config.name.removeprefix('tma_')}",
+                      bm // 16 * 32 + 128, tma_smem_bytes(bm, bn, stages), (bm, bn), "a",
+                      (bm, bn // cluster))
     if config.name in WGMMA_TILES:
         why = wgmma_eligible(problem)
         if why:
@@ -404,10 +447,15 @@ def gemm_c(problem: Problem, ops: Operands) -> Any:
 
 
 def gemm_grid(problem: Problem, kernel: Kernel) -> tuple[int, int, int]:
-    """The grid of a GEMM kernel: x over the output tiles, y over the batch (each block loops
-    over the batch entries beyond MAX_GRID_Y)."""
+    """The grid of a GEMM kernel: x over the output tiles (for a TMA kernel whose clusters
+    share B, whole clusters along M), y over the batch (each block loops over the batch
+    entries beyond MAX_GRID_Y)."""
     bm, bn = kernel.tile
-    return -(-problem.m // bm) * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
+    rows = -(-problem.m // bm)
+    if kernel.tma_boxes:
+        cluster = bn // kernel.tma_boxes[1]
+        rows = -(-rows // cluster) * cluster
+    return rows * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
 
 
 def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str, int | float]:
@@ -424,7 +472,10 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
         "scm": sc[1], "scn": sc[2], "sba": sa[0], "sbb": sb[0], "sbc": sc[0],
         "batch": problem.batch, "alpha": float(ops.alpha), "beta": float(ops.beta),
         "c_code": code, "d_code": code}
-    if kernel.source == "wmma_fast.cu":
+    if kernel.tma_boxes:
+        del values["a"], values["b"], values["sba"], values["sbb"]
+        values["kbytes"] = a.shape[-1] * a.element_size()
+    elif kernel.source == "wmma_fast.cu":
         values.update(
             K=problem.k, lda=sa[1] if problem.a.layout == "row" else sa[2],
             ldb=sb[1] if problem.b.layout == "row" else sb[2],
@@ -437,6 +488,20 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
         else:
             values["K"] = problem.k
     return values
+
+
+def tensor_maps(problem: Problem, ops: Operands,
+                kernel: Kernel) -> tuple[tensormap.TensorMap, tensormap.TensorMap]:
+    """The tensor maps of A (M rows of K bytes) and B (N columns of K bytes) a TMA kernel
+    reads, with its boxes' rows."""
+    a, b = ops.a, ops.b
+    sa, sb = _strides3(a), _strides3(b)
+    kbytes, size = a.shape[-1] * a.element_size(), a.element_size()
+    box_a, box_b = kernel.tma_boxes
+    return (tensormap.TensorMap("A", a.data_ptr(), kbytes, problem.m, sa[1] * size,
+                                problem.batch, sa[0] * size, box_a),
+            tensormap.TensorMap("B", b.data_ptr(), kbytes, problem.n, sb[2] * size,
+                                problem.batch, sb[0] * size, box_b))
 
 
 def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple[bool, int]:
@@ -547,6 +612,10 @@ class RawWmmaBackend(Backend):
             return [Config.of(name, THREADS=DOT_THREADS, BLOCKS_PER_SM=bps)
                     for name, bps in BLOCKS_PER_SM.items()]
         out = []
+        if tma_eligible(problem) is None:
+            for name, (bm, bn, stages, cluster) in TMA_TILES.items():
+                out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16 + 4,
+                                     CLUSTER=cluster))
         if wgmma_eligible(problem) is None:
             for name, (bm, bn, stages) in WGMMA_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16))
@@ -637,6 +706,8 @@ class RawWmmaBackend(Backend):
             return self._dot_native(problem, config, operands)
         if problem.batch != 1 or gemm_c(problem, operands) is not None:
             return None
+        if config.name in TMA_TILES:  # its tensor maps hold the operands' addresses
+            return None
         copies, fixed, stream = (), {}, None
         if staging.is_staged(config):
             found = staging.native_copies(problem, operands)
@@ -684,12 +755,30 @@ class RawWmmaBackend(Backend):
                    ops: Operands) -> tuple[BoundLaunch, driver.Launch]:
         """The bound launch, and its :class:`~multibackend.driver.Launch`."""
         fn = self._function(problem, kernel.source, kernel.name, kernel.smem, kernel.arch_suffix)
-        args = driver.Arguments(kernel.name, GEMM_PARAMS[kernel.source],
-                                gemm_arguments(problem, ops, kernel))
+        values = gemm_arguments(problem, ops, kernel)
+        if kernel.tma_boxes:
+            maps = tensor_maps(problem, ops, kernel)
+            values.update(a_map=maps[0].bytes(), b_map=maps[1].bytes())
+        args = driver.Arguments(kernel.name, kernel.params, values)
         prepared = driver.Launch(fn, gemm_grid(problem, kernel), (kernel.threads, 1, 1),
                                  kernel.smem, args)
         launch = prepared.launch
         slots, with_c, lock = args.values, gemm_c(problem, ops) is not None, threading.Lock()
+        if kernel.tma_boxes:
+            fields = (args.field_address("a_map"), args.field_address("b_map"))
+
+            def bound_tma(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+                with lock:  # the maps and slots are shared: one launch at a time
+                    for tmap, array, field in zip(maps, (a, b), fields):
+                        if array.data_ptr() != tmap.address:
+                            tmap.point_at(array.data_ptr())
+                            tmap.write(field)
+                    if with_c:
+                        slots.c = c.data_ptr()
+                    slots.d = d.data_ptr()
+                    launch(stream)
+            return bound_tma, prepared
+
         def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
             with lock:  # the slots are shared: one launch at a time writes and reads them
                 slots.a = a.data_ptr()

@@ -38,6 +38,8 @@ POINTER = ctypes.c_uint64
 INT32 = ctypes.c_int32
 INT64 = ctypes.c_int64
 FLOAT64 = ctypes.c_double
+#: a tensor map passed by value (``const __grid_constant__ rw::TensorMap``: 128 bytes)
+TENSOR_MAP = ctypes.c_uint8 * 128
 #: one kernel parameter: its name in the kernel's signature and its ctypes type
 Param = tuple[str, type]
 
@@ -156,24 +158,36 @@ class Arguments:
     address of that array.
     """
 
-    def __init__(self, kernel: str, params: Sequence[Param], values: Mapping[str, int | float]):
+    def __init__(self, kernel: str, params: Sequence[Param],
+                 values: Mapping[str, int | float | bytes]):
         names = [name for name, _ in params]
         missing, unknown = set(names) - set(values), set(values) - set(names)
         if missing or unknown:
             raise ValueError(f"arguments of {kernel}: {sorted(missing)} missing and "
                              f"{sorted(unknown)} unknown: the kernel takes {', '.join(names)}")
+        fields = {}
         for name, ctype in params:
             value = values[name]
-            if ctype is not FLOAT64 and ctype(value).value != value:
+            if ctype is TENSOR_MAP:
+                if not isinstance(value, bytes) or len(value) != ctypes.sizeof(ctype):
+                    raise ValueError(f"argument {name} of {kernel} must be the "
+                                     f"{ctypes.sizeof(ctype)} bytes of a tensor map")
+                value = ctype.from_buffer_copy(value)
+            elif ctype is not FLOAT64 and ctype(value).value != value:
                 raise OverflowError(f"argument {name} of {kernel} is {value}: out of the range "
                                     f"of its C type ({ctype.__name__})")
+            fields[name] = value
         layout = _structure(tuple(params))
         self.params = tuple(params)
-        self.values = layout(**values)
+        self.values = layout(**fields)
         base = ctypes.addressof(self.values)
         self.pointers = (ctypes.c_void_p * len(names))(
             *(base + getattr(layout, name).offset for name in names))
         self.address = ctypes.addressof(self.pointers)
+
+    def field_address(self, name: str) -> int:
+        """The address of parameter ``name``'s value in the buffer."""
+        return ctypes.addressof(self.values) + getattr(type(self.values), name).offset
 
 
 class Launch:

@@ -432,4 +432,90 @@ RW_WGMMA(WgB1And, 128, 256, "s32.b1.b1.and.popc", 64, int, "r", int, "1")
 #undef RW_WGMMA
 #undef RW_WG_ASM
 
+// ---- TMA and mbarriers (sm_90: the K-major GEMM's tensor-memory-accelerator pipeline) ----
+// A tensor map as the driver encodes it (cuTensorMapEncodeTiled: 128 opaque bytes, 64-byte
+// aligned), passed to a kernel by value as a __grid_constant__ parameter.
+struct alignas(64) TensorMap {
+    unsigned long long words[16];
+};
+
+// mbarriers in shared memory (64-bit objects at 8-byte aligned shared addresses): init with
+// the arrivals a phase expects; an arrival that also announces `bytes` the TMA unit will
+// deliver; waiting for the phase of parity `parity` to complete; an arrival (release, at
+// cluster scope) on the barrier at the same offset in cluster CTA `cta`.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "RW_MBAR_WAIT_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra RW_MBAR_WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar, unsigned cta) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(bar),
+        "r"(cta)
+        : "memory");
+}
+// Barrier initializations made visible to the cluster (before the cluster barrier that
+// publishes them); the cluster barrier itself (every thread of every CTA of the cluster); this
+// CTA's rank in its cluster.
+__device__ __forceinline__ void fence_mbar_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+// The registers per thread of the calling warpgroup raised or lowered to R (a multiple of 8,
+// 24 .. 256): a producer warpgroup hands its registers to the consumers.
+template <int R>
+__device__ __forceinline__ void regs_raise() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+template <int R>
+__device__ __forceinline__ void regs_lower() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+// A TMA load of the box at coordinates (c0, c1, c2) of `map` into shared memory at `dst`,
+// completing its bytes on the mbarrier `bar`; with `mask`, the same box lands at the same
+// offset (and completes on the same barrier offset) in every CTA of the cluster whose rank's
+// bit is set (multicast).
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, int c0, int c1,
+                                         int c2, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(&map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void tma_load(unsigned dst, const TensorMap& map, int c0, int c1,
+                                         int c2, unsigned bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+        "l"(&map), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(mask)
+        : "memory");
+}
+
 }  // namespace rw

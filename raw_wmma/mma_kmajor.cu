@@ -234,6 +234,23 @@ struct KMajorGemm {
         static_assert(MI == 1 && WARPS_N == 1 && BM % 64 == 0, "one warp per 16 rows");
         static_assert(BN % Mma::kN == 0, "whole instructions along N");
 
+        // The wgmma of one k-tile (the stage at shared address `stage`, this warpgroup's rows
+        // `a_row` bytes into it), committed as one group.
+        __device__ __forceinline__ static void ktile(Acc (&acc)[MI][NI][4], unsigned stage,
+                                                     unsigned a_row) {
+            const unsigned long long da = wgmma_desc(stage + a_row);
+            const unsigned long long db = wgmma_desc(stage + BM * kKRowBytes);
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+                for (int h = 0; h < BN / Mma::kN; ++h)
+                    Mma::step(reinterpret_cast<Acc(&)[Mma::kN / 2]>(acc[0][h * Mma::kN / 8]),
+                              da + wgmma_desc_offset(32 * s),
+                              db + wgmma_desc_offset(Mma::kN * kKRowBytes * h + 32 * s));
+            wgmma_commit();
+        }
+
         template <typename Issue>
         __device__ __forceinline__ static void loop(Acc (&acc)[MI][NI][4], const Issue& issue,
                                                     unsigned smem, int KT) {
@@ -246,19 +263,8 @@ struct KMajorGemm {
                 cp_async_wait<STAGES - 3>();
                 fence_proxy_async();  // this thread's copies, visible to the tensor cores
                 __syncthreads();
-                const unsigned stage = smem + read * kStageBytes;
+                ktile(acc, smem + read * kStageBytes, a_row);
                 read = read + 1 == STAGES ? 0 : read + 1;
-                const unsigned long long da = wgmma_desc(stage + a_row);
-                const unsigned long long db = wgmma_desc(stage + BM * kKRowBytes);
-                wgmma_fence();
-#pragma unroll
-                for (int s = 0; s < kSteps; ++s)
-#pragma unroll
-                    for (int h = 0; h < BN / Mma::kN; ++h)
-                        Mma::step(reinterpret_cast<Acc(&)[Mma::kN / 2]>(acc[0][h * Mma::kN / 8]),
-                                  da + wgmma_desc_offset(32 * s),
-                                  db + wgmma_desc_offset(Mma::kN * kKRowBytes * h + 32 * s));
-                wgmma_commit();
                 issue(kt + STAGES - 2, write);  // behind the k-tile's wgmma, already queued
                 write = write + 1 == STAGES ? 0 : write + 1;
                 wgmma_wait<1>();
@@ -295,14 +301,13 @@ struct KMajorGemm {
         }
     }
 
-    // D of batch entry bi from the accumulators: each lane writes its pairs of columns, as one
-    // store when D is plain (alpha 1, no C, D in Out, its base aligned to a pair, N even),
-    // else element by element. The tile's corner and the lane's place are derived anew
-    // (fresh_block, fresh_thread), not carried through the main loop.
+    // D of batch entry bi from the accumulators of the tile at (m0, n0): each lane writes its
+    // pairs of columns, as one store when D is plain (alpha 1, no C, D in Out, its base
+    // aligned to a pair, N even), else element by element. The lane's place is derived anew
+    // (fresh_thread), not carried through the main loop; so is the tile's corner by callers.
     __device__ __forceinline__ static void epilogue(const Acc (&acc)[MI][NI][4],
-                                                    const Epilogue& ep, int bi, int M, int N) {
-        int m0, n0;
-        grouped_tile<BM, BN>(M, N, fresh_block(), m0, n0);
+                                                    const Epilogue& ep, int bi, int M, int N,
+                                                    int m0, int n0) {
         const int thread = fresh_thread(), warp = thread / 32, lane = thread % 32;
         const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
         const int g = lane / 4, t = lane % 4;
@@ -375,8 +380,144 @@ struct KMajorGemm {
             }
             cp_async_wait<0>();
             __syncthreads();  // the next batch entry's copies reuse the stages
-            epilogue(acc, ep, bi, M, N);
+            int tile_m, tile_n;  // derived anew, not held through the main loop
+            grouped_tile<BM, BN>(M, N, fresh_block(), tile_m, tile_n);
+            epilogue(acc, ep, bi, M, N, tile_m, tile_n);
         }
+    }
+};
+
+// The warpgroups' GEMM fed by the tensor memory accelerator (sm_90a). The stages are the
+// ones above, written by TMA loads of 128-byte-wide boxes through tensor maps (their 128-byte
+// swizzle is the stages' layout) instead of by the threads' cp.async, and CLUSTER CTAs one
+// above the other along M share B: each loads BN / CLUSTER of the tile's columns of B and
+// multicasts them to every CTA of its cluster, so a CTA reads BM + BN / CLUSTER rows from L2
+// per k-tile instead of BM + BN. One producer warpgroup, after the BM / 64 consumer
+// warpgroups, issues the loads from one lane. Per stage slot, mbarrier `full` completes when the slot's
+// bytes have landed (the producer's arrival announcing them, then the deliveries of every
+// CTA's loads), and `empty` when every consumer warp of every CTA of the cluster is done
+// reading it (one arrival per warp and CTA, after its wgmma.wait_group for the k-tile): the
+// producers refill a slot only then. A consumer keeps one wgmma group in flight while it
+// issues the next. The producer is a whole warpgroup so that it can hand its registers to the
+// consumers (setmaxnreg: kProducerRegs each, the consumers kConsumerRegs). Rows and K past the matrices are zero-filled by the TMA unit; a CTA whose
+// rows all lie past M still loads and multicasts its share of B, and stores nothing. The
+// tensor maps see each operand as bytes (K, rows, batch): A as M rows, B as N columns, of
+// kbytes bytes.
+template <typename Mma, int BM, int BN, int STAGES, int CLUSTER>
+struct TmaGemm {
+    using Gemm = KMajorGemm<Mma, 1, BM, BN, BM / 16, 1, STAGES>;  // its stages and epilogue
+    using Acc = typename Gemm::Acc;
+    static constexpr int kConsumers = Gemm::kThreads;
+    static constexpr int kThreads = kConsumers + 128;
+    static constexpr int kProducerRegs = 40;
+    static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / (kConsumers / 128) / 8 * 8;
+    static_assert(kConsumerRegs >= 128 && kConsumerRegs <= 256, "setmaxnreg's range");
+    static constexpr int kStageBytes = Gemm::kStageBytes;
+    static constexpr int kBRows = BN / CLUSTER;  // columns of B each CTA of a cluster loads
+    // the stages from a 1024-byte boundary, then STAGES `full` and STAGES `empty` barriers
+    static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * STAGES * 8 + 1024;
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or two sharing B");
+    static_assert(kBRows % 8 == 0 && kBRows <= 256 && BM <= 256,
+                  "TMA boxes of whole 8-row swizzle atoms, at most 256 rows");
+
+    // The producer lane: every k-tile of this CTA's batch entries, in the consumers' order,
+    // each into the next slot once its previous k-tile's readers have all released it.
+    __device__ static void produce(const TensorMap& amap, const TensorMap& bmap, unsigned smem,
+                                   unsigned full, unsigned empty, int m0, int n0, int KT,
+                                   int batch) {
+        const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
+        int slot = 0, round = 0;  // the stage slot, and how often it has been filled
+        for (int bi = blockIdx.y; bi < batch; bi += gridDim.y)
+            for (int kt = 0; kt < KT; ++kt) {
+                if (round > 0) mbar_wait(empty + 8 * slot, (round - 1) & 1);
+                const unsigned stage = smem + slot * kStageBytes, bar = full + 8 * slot;
+                mbar_expect_tx(bar, kStageBytes);
+                const int kb = kt * kKRowBytes;
+                tma_load(stage, amap, kb, m0, bi, bar);
+                const unsigned b = stage + (BM + rank * kBRows) * kKRowBytes;
+                if constexpr (CLUSTER > 1)
+                    tma_load(b, bmap, kb, n0 + rank * kBRows, bi, bar,
+                             static_cast<unsigned short>((1 << CLUSTER) - 1));
+                else
+                    tma_load(b, bmap, kb, n0, bi, bar);
+                if (++slot == STAGES) {
+                    slot = 0;
+                    ++round;
+                }
+            }
+    }
+
+    // A consumer warp's release of a slot: one arrival on its `empty` barrier in every CTA of
+    // the cluster (lane r on rank r's), once the whole warp has passed its wgmma wait.
+    __device__ __forceinline__ static void release(unsigned empty, int slot) {
+        __syncwarp();
+        const unsigned lane = threadIdx.x % 32;
+        if (lane < CLUSTER) mbar_arrive(empty + 8 * slot, lane);
+    }
+
+    __device__ static void consume(unsigned smem, unsigned full, unsigned empty, int M, int N,
+                                   int m0, int n0, int KT, int batch, const Epilogue& ep) {
+        const unsigned a_row = (threadIdx.x / 128) * 64 * kKRowBytes;
+        int slot = 0, round = 0;
+        for (int bi = blockIdx.y; bi < batch; bi += gridDim.y) {
+            Acc acc[1][Gemm::NI][4];
+#pragma unroll
+            for (int j = 0; j < Gemm::NI; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[0][j][e] = Acc(0);
+            int last = -1;  // the slot of the k-tile whose wgmma may still be running
+            for (int kt = 0; kt < KT; ++kt) {
+                mbar_wait(full + 8 * slot, round & 1);
+                Gemm::Warpgroup::ktile(acc, smem + slot * kStageBytes, a_row);
+                wgmma_wait<1>();
+                if (last >= 0) release(empty, last);
+                last = slot;
+                if (++slot == STAGES) {
+                    slot = 0;
+                    ++round;
+                }
+            }
+            wgmma_wait<0>();
+            if (last >= 0) release(empty, last);
+            Gemm::epilogue(acc, ep, bi, M, N, m0, n0);
+        }
+    }
+
+    __device__ static void run(const TensorMap& amap, const TensorMap& bmap, int M, int N,
+                               int kbytes, int batch, const Epilogue& ep) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        extern __shared__ __align__(128) unsigned char smem_bytes[];
+        const unsigned smem = (shared_address(smem_bytes) + 1023) & ~1023u;
+        const unsigned full = smem + STAGES * kStageBytes, empty = full + 8 * STAGES;
+        const int KT = (kbytes + kKRowBytes - 1) / kKRowBytes;
+        if (threadIdx.x == kConsumers) {
+            for (int s = 0; s < STAGES; ++s) {
+                mbar_init(full + 8 * s, 1);
+                mbar_init(empty + 8 * s, kConsumers / 32 * CLUSTER);
+            }
+            fence_mbar_init();
+        }
+        if constexpr (CLUSTER > 1)
+            cluster_sync();  // every CTA's barriers initialized before any load or arrival
+        else
+            __syncthreads();
+        int m0, n0;  // the cluster's tiles lie one above the other along M
+        grouped_tile<BM * CLUSTER, BN>(M, N, blockIdx.x / CLUSTER, m0, n0);
+        m0 += (blockIdx.x % CLUSTER) * BM;
+        if (threadIdx.x < kConsumers) {
+            regs_raise<kConsumerRegs>();
+            consume(smem, full, empty, M, N, m0, n0, KT, batch, ep);
+        } else {
+            regs_lower<kProducerRegs>();
+            if (threadIdx.x == kConsumers) produce(amap, bmap, smem, full, empty, m0, n0, KT, batch);
+        }
+        if constexpr (CLUSTER > 1) {
+            __syncwarp();
+            cluster_sync();  // no CTA leaves while a peer may still arrive on its barriers
+        }
+#else
+        __trap();  // wgmma exists on sm_90a alone
+#endif
     }
 };
 
@@ -430,3 +571,37 @@ RW_WGMMA_TILES(rw_wgmma_tf32, rw::WgTf32, 4, 256)
 RW_WGMMA_TILES(rw_wgmma_s8, rw::WgS8, 1, 128)
 RW_WGMMA_TILES(rw_wgmma_u8, rw::WgU8, 1, 128)
 RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)
+
+// Entry point rw_tma_<kind>_<BM>x<BN>_c<CLUSTER> (sm_90a): A and B as tensor maps of bytes
+// (K, rows, batch) with 128-byte boxes of BM / CLUSTER and BN rows in the 128-byte swizzle
+// (multibackend/tensormap.py), then C, D and the epilogue's parameters. Grid: x = output tiles
+// (a multiple of CLUSTER), y = batch; block BM / 64 + 1 warpgroups; dynamic
+// shared memory TmaGemm<...>::kSmemBytes (kept in step with TMA_TILES in
+// backends/raw_wmma.py).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define RW_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
+#else
+#define RW_CLUSTER_DIMS(CL)
+#endif
+#define RW_TMA(NAME, MMA, BM, BN, ST, CL)                                                       \
+    extern "C" __global__ void __launch_bounds__(BM / 16 * 32 + 128, 1) RW_CLUSTER_DIMS(CL)     \
+        NAME(const __grid_constant__ rw::TensorMap a_map,                                       \
+             const __grid_constant__ rw::TensorMap b_map, const void* c, void* d, int M, int N, \
+             int kbytes, long long scm, long long scn, long long sbc, int batch, double alpha,  \
+             double beta, int c_code, int d_code) {                                             \
+        if constexpr (rw::selected(#NAME)) {                                                    \
+            const rw::Epilogue ep{c, d, scm, scn, sbc, alpha, beta, c_code, d_code, 0};         \
+            rw::TmaGemm<MMA, BM, BN, ST, CL>::run(a_map, b_map, M, N, kbytes, batch, ep);       \
+        }                                                                                       \
+    }
+
+#define RW_TMA_TILES(PREFIX, MMA, WIDE)                         \
+    RW_TMA(PREFIX##_128x256_c1, MMA<WIDE>, 128, 256, 4, 1)      \
+    RW_TMA(PREFIX##_128x256_c2, MMA<WIDE>, 128, 256, 4, 2)
+
+RW_TMA_TILES(rw_tma_f16, rw::WgF16, 256)
+RW_TMA_TILES(rw_tma_bf16, rw::WgBf16, 256)
+RW_TMA_TILES(rw_tma_tf32, rw::WgTf32, 256)
+RW_TMA_TILES(rw_tma_s8, rw::WgS8, 128)
+RW_TMA_TILES(rw_tma_u8, rw::WgU8, 128)
+RW_TMA_TILES(rw_tma_b1and, rw::WgB1And, 256)
