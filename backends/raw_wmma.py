@@ -706,8 +706,6 @@ class RawWmmaBackend(Backend):
             return self._dot_native(problem, config, operands)
         if problem.batch != 1 or gemm_c(problem, operands) is not None:
             return None
-        if config.name in TMA_TILES:  # its tensor maps hold the operands' addresses
-            return None
         copies, fixed, stream = (), {}, None
         if staging.is_staged(config):
             found = staging.native_copies(problem, operands)
@@ -720,8 +718,12 @@ class RawWmmaBackend(Backend):
         prepared = self._prepared.get(self._launch_key(problem, config, operands))
         if prepared is None:
             return None
+        # a TMA kernel reads A and B through tensor maps: their addresses are replaced
+        tma = config.name in TMA_TILES
         slots = {name: source for name, source in
-                 (("a", native.A), ("b", native.B), ("d", native.D)) if name not in fixed}
+                 (("a_map" if tma else "a", native.A + (native.MAP if tma else 0)),
+                  ("b_map" if tma else "b", native.B + (native.MAP if tma else 0)),
+                  ("d", native.D)) if name not in fixed}
         step = native.launch_step(prepared, slots, fixed, stream)
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
                              prepared.function.context, (*copies, step), keep=(prepared,))

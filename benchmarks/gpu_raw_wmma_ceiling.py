@@ -22,8 +22,9 @@ column-major: the faster is the yardstick), and the b1 AND GEMM at 8192 x 8192 x
 (``binary_matmul(op="and")``, no torch equivalent; B column-major) under each PTX config and
 the WMMA 8x8x128 kernel. Each of our rows is set against the ceiling of the instruction its
 kernel issues (WMMA's for ``wmma_*`` and ``fast_*`` configs, the PTX mma.sync one's for
-``mma_*``, wgmma's for ``wgmma_*``); b1 rows are also set against the mma.sync m16n8k256
-ceiling (``mma_sync_ceiling_fraction``).
+``mma_*``, wgmma's for ``wgmma_*`` and ``tma_*``) and also against the WMMA ceiling of its
+dtype (``wmma_ceiling_fraction``); b1 rows are also set against the mma.sync m16n8k256 ceiling
+(``mma_sync_ceiling_fraction``).
 
 Writes a JSON list of rows ``{dtype, m, n, k, backend, config, ms, torch_ms, tops,
 ceiling_fraction}``: ``backend`` "ceiling" for a probe (m, n, k its fragment shape, config its
@@ -213,13 +214,14 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
         rows.append({"dtype": dtype, "m": size, "n": size, "k": size, "backend": backend,
                      "config": config, "ms": timed[name].median_ms, "torch_ms": torch_ms,
                      "tops": tops, "ceiling": probe,
-                     "ceiling_fraction": tops / ceiling[probe]["tops"]})
+                     "ceiling_fraction": tops / ceiling[probe]["tops"],
+                     "wmma_ceiling_fraction": tops / ceiling[CEILING_OF[dtype]]["tops"]})
     return rows
 
 
 def _probe_of(dtype: str, config: str) -> str:
     """The probe of the instruction ``config``'s kernel issues."""
-    if config.startswith("wgmma_"):
+    if config.startswith(("wgmma_", "tma_")):
         return WGMMA_CEILING[dtype]
     if config.startswith("mma_"):
         return MMA_CEILING[dtype, int(config.split("_")[1].removeprefix("m16n8k"))]
@@ -234,7 +236,7 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend.backends.raw_wmma import MMA_TILES, WGMMA_CC, WGMMA_TILES
+    from multibackend.backends.raw_wmma import MMA_TILES, TMA_TILES, WGMMA_CC, WGMMA_TILES
     from multibackend.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8
@@ -243,7 +245,8 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     bits = torch.tensor([bin(v).count("1") for v in range(256)], device="cuda")
     ends = torch.tensor([0, 1, size - 2, size - 1], device="cuda")
     want = bits[(a[ends, :, None] & b[None, :, ends]).long()].sum(dim=1).int()
-    names = [*(WGMMA_TILES if torch.cuda.get_device_capability() == WGMMA_CC else ()),
+    wgmma = torch.cuda.get_device_capability() == WGMMA_CC
+    names = [*(TMA_TILES if wgmma else ()), *(WGMMA_TILES if wgmma else ()),
              *MMA_TILES["b1and"], "wmma_8x8x128"]
     configs = {name: _probe_of("bit", name) for name in names}
     calls = {}
@@ -278,7 +281,8 @@ def main() -> int:
         yardsticks = "  ".join(f"{r['config']} {r['tops']:8.1f}" for r in theirs)
         print(f"{dtype:9s} {size}^3  raw_wmma {mine['tops']:8.1f}  {yardsticks} TOPS  "
               f"{mine['torch_ms'] / mine['ms']:.3f}x  "
-              f"{mine['ceiling_fraction']:.3f} of the ceiling", flush=True)
+              f"{mine['ceiling_fraction']:.3f} of its ceiling, "
+              f"{mine['wmma_ceiling_fraction']:.3f} of WMMA's", flush=True)
     for row in bit_rows(args.bits_k, ceiling):
         rows.append(row)
         print(f"bit       8192x8192x{args.bits_k}  {row['config']:26s} {row['tops']:8.1f} TOPS  "

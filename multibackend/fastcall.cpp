@@ -13,8 +13,9 @@
 // - a native plan (remember_native), an exact plan whose D a kernel of ours makes: D is allocated
 //   by at::empty on the operands' device and the plan's steps run on torch's current stream of
 //   that device: kernels launched by cuLaunchKernel (resolved from libcuda at the first such
-//   plan) from a parameter buffer made once, with only the operands' pointers written per call,
-//   or a kernel library's entry point (mb_gemm) called with the pointers. It is served only while
+//   plan) from a parameter buffer made once, with only the operands' pointers written per call
+//   (or, for a tensor map in it, its address replaced by cuTensorMapReplaceAddress), or a
+//   kernel library's entry point (mb_gemm) called with the pointers. It is served only while
 //   the plan's context is current on the thread and autograd has nothing to record.
 // serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or
 // autotune=mode) the same way from native plans remembered under the words "dot:backend" and
@@ -83,6 +84,7 @@ using LaunchKernel = int (*)(void* function, unsigned gx, unsigned gy, unsigned 
                              unsigned by, unsigned bz, unsigned smem, void* stream, void** params,
                              void** extra);
 using CtxGetCurrent = int (*)(void** context);
+using TensorMapReplaceAddress = int (*)(void* tensor_map, void* address);
 // A kernel library's entry point: mb_gemm(shape, a, b, c, d, alpha, beta, stream), 0 on success.
 using Entry = int (*)(const int64_t*, const void*, const void*, const void*, void*, double, double,
                       void*);
@@ -97,10 +99,14 @@ using GemmEx = int (*)(void* handle, int transa, int transb, int m, int n, int k
 
 LaunchKernel cu_launch_kernel = nullptr;
 CtxGetCurrent cu_ctx_get_current = nullptr;
+TensorMapReplaceAddress cu_tensor_map_replace_address = nullptr;  // absent from old drivers
 PyObject* stream_of = nullptr;  // device index -> the raw handle of torch's current stream there
 
-// The operands a step's pointers come from.
+// The operands a step's pointers come from; a slot's source with MAP_SLOT added is a tensor map
+// (128 bytes, 64-byte aligned in the buffer) whose address becomes that operand's.
 enum Source { SOURCE_A = 0, SOURCE_B = 1, SOURCE_D = 2 };
+constexpr int MAP_SLOT = 4;
+constexpr size_t MAP_BYTES = 128, MAP_ALIGN = 64;
 
 constexpr size_t PARAM_BYTES = 4096;  // the most a kernel's parameters may take here
 constexpr size_t PARAM_COUNT = 256;
@@ -115,7 +121,7 @@ struct Step {
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, smem = 0;
   std::vector<char> params;
   std::vector<size_t> offsets;
-  std::vector<std::pair<size_t, int>> slots;
+  std::vector<std::pair<size_t, int>> slots;  // (offset, source), MAP_SLOT added for a map
   // an entry point: the shape array it reads, the operand passed as its a, b, c and d, alpha,
   // and beta
   Entry call = nullptr;
@@ -356,10 +362,15 @@ bool launch_steps(const Native& n, const uintptr_t pointers[3], uintptr_t stream
         return false;
       continue;
     }
-    alignas(16) char buffer[PARAM_BYTES];
+    alignas(MAP_ALIGN) char buffer[PARAM_BYTES];
     void* params[PARAM_COUNT];
     std::memcpy(buffer, step.params.data(), step.params.size());
     for (const auto& slot : step.slots) {
+      if (slot.second & MAP_SLOT) {
+        void* address = reinterpret_cast<void*>(pointers[slot.second & ~MAP_SLOT]);
+        if (cu_tensor_map_replace_address(buffer + slot.first, address) != 0) return false;
+        continue;
+      }
       const uint64_t value = pointers[slot.second];
       std::memcpy(buffer + slot.first, &value, sizeof value);
     }
@@ -677,6 +688,8 @@ bool load_driver() {
   }
   cu_launch_kernel = launch;
   cu_ctx_get_current = get_current;
+  cu_tensor_map_replace_address =
+      reinterpret_cast<TensorMapReplaceAddress>(dlsym(library, "cuTensorMapReplaceAddress"));
   return true;
 }
 
@@ -813,9 +826,17 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
                        slot);
         return false;
       }
-      if (n + 8 > size || source > SOURCE_D) {
-        PyErr_Format(PyExc_ValueError, "remember_native: slot %R: an 8-byte pointer within %zu "
-                     "bytes, from A (0), B (1) or D (2)", slot, size);
+      const bool map = (source & MAP_SLOT) != 0;
+      if (n + (map ? MAP_BYTES : 8) > size || (source & ~MAP_SLOT) > SOURCE_D ||
+          (map && n % MAP_ALIGN != 0)) {
+        PyErr_Format(PyExc_ValueError, "remember_native: slot %R: an 8-byte pointer, or with "
+                     "source + %d a %zu-byte tensor map at a multiple of %zu, within %zu bytes, "
+                     "from A (0), B (1) or D (2)", slot, MAP_SLOT, MAP_BYTES, MAP_ALIGN, size);
+        return false;
+      }
+      if (map && cu_tensor_map_replace_address == nullptr) {
+        PyErr_SetString(PyExc_ValueError, "remember_native: a tensor-map slot, but libcuda.so.1 "
+                        "has no cuTensorMapReplaceAddress");
         return false;
       }
       step->slots.emplace_back(static_cast<size_t>(n), static_cast<int>(source));

@@ -6,7 +6,8 @@ and one or more steps, each either
 
 - a :class:`KernelStep`: one ``cuLaunchKernel`` of a loaded function with a fixed grid, block
   and dynamic shared memory, from a parameter buffer packed once, into which only the
-  operands' pointers are written per call (:data:`A`, :data:`B`, :data:`D` at given offsets);
+  operands' pointers are written per call (:data:`A`, :data:`B`, :data:`D` at given offsets;
+  with :data:`MAP` added, the address of a tensor map the buffer holds);
 - an :class:`EntryStep`: one call of a kernel library's ``mb_gemm(shape, a, b, c, d, alpha,
   beta, stream)`` (CUTLASS), with the operand each pointer argument takes;
 - a :class:`BlasStep`: one ``cublasGemmEx`` (cuBLAS for a CuPy caller, as ``cupy.matmul``
@@ -25,6 +26,9 @@ from typing import Any
 
 #: the operand a pointer argument is written from on each call
 A, B, D = 0, 1, 2
+#: added to a slot's operand: the parameter is a tensor map (128 bytes, at a multiple of 64 in
+#: the buffer) whose address is replaced by that operand's (cuTensorMapReplaceAddress)
+MAP = 4
 
 
 @dataclass(frozen=True)

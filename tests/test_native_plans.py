@@ -176,8 +176,13 @@ def test_kernel_steps_check_their_parameter_buffer(module):
             with pytest.raises(RuntimeError, match="libcuda.so.1 did not load"):
                 remember(step)
             return
-        with pytest.raises(ValueError, match="an 8-byte pointer within 8 bytes"):
+        with pytest.raises(ValueError, match="an 8-byte pointer, .* within 8 bytes"):
             remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ((4, native.A),), False, 0))
+        # a tensor map: 128 bytes at a multiple of 64
+        for offset, size in ((0, 64), (8, 256)):
+            with pytest.raises(ValueError, match="a 128-byte tensor map at a multiple of 64"):
+                remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(size), (0,),
+                          ((offset, native.A + native.MAP),), False, 0))
         with pytest.raises(ValueError, match="at most 4096 bytes"):
             remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), (), False, 0))
         with pytest.raises(ValueError, match="offset 8 past 8 bytes"):

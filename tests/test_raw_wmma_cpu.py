@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from multibackend import driver, native, nvrtc, staging, toolchain
+from multibackend import driver, native, nvrtc, staging, tensormap, toolchain
 from multibackend.backends import raw_wmma as rw
 from multibackend.backends.base import Config, Operands
 from multibackend.errors import CompileError, InvalidArgument, KernelRefused
@@ -123,7 +123,8 @@ def sm90_only(name: str) -> bool:
 def warpgroup_only(name: str) -> bool:
     """Whether an entry point issues wgmma (the warpgroup GEMM and its ceiling probes): only
     sm_90a has it, and built for any other target its body traps."""
-    return name.startswith("rw_wgmma_") or re.search(r"_64x\d+x\d+$", name) is not None
+    return (name.startswith(("rw_wgmma_", "rw_tma_"))
+            or re.search(r"_64x\d+x\d+$", name) is not None)
 
 
 def expected_family(name: str) -> str | None:
@@ -238,7 +239,7 @@ def test_ptx_mma_kernels_sass(builds):
     operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
     tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
     wgmma = {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
-             for kind in rw.WGMMA_KINDS for name in rw.WGMMA_TILES}
+             for kind in rw.WGMMA_KINDS for name in (*rw.WGMMA_TILES, *rw.TMA_TILES)}
     for arch in ARCHS:
         sass = builds[("mma_kmajor.cu", arch)][1]
         assert set(sass) == wgmma | {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
@@ -288,6 +289,36 @@ def test_wgmma_kernels_sass(builds):
             assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
 
 
+@pytest.mark.slow
+@needs_nvcc
+@needs_cuobjdump
+def test_tma_kernels_sass(builds):
+    """Built for sm_90a, each TMA kernel loads its stages with 3-D tensor-map loads (multicast
+    when its cluster shares B) completing on mbarriers it waits on, hands registers from the
+    producer warpgroup to the consumers, issues whole k-tiles of its kind's wgmma (one group
+    kept in flight) and no mma.sync, copies nothing through the threads (no LDGSTS) and stores
+    D pairwise; cluster kernels meet at cluster barriers; 0 spills and no stack."""
+    report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
+    for kind in rw.WGMMA_KINDS:
+        for config, (bm, bn, _, cluster) in rw.TMA_TILES.items():
+            name = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
+            text = sass[name]
+            n = 128 if kind in ("s8", "u8") else 256
+            per_ktile = 4 * bn // n
+            count = len(re.findall(re.escape(WGMMA_SASS[kind].format(n=n)), text))
+            assert count >= per_ktile and count % per_ktile == 0, f"{name}: {count} wgmma"
+            assert not re.search(r"\b[HIBD]MMA\.", text), f"{name}: an mma.sync"
+            load = "UTMALDG.3D.MULTICAST" if cluster > 1 else "UTMALDG.3D "
+            for what in (load, "SYNCS.ARRIVE.TRANS64 ", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+                         "USETMAXREG.DEALLOC", "USETMAXREG.TRY", "WARPGROUP.DEPBAR.LE gsb0, 0x1"):
+                assert what in text, f"{name}: no {what}"
+            assert ("UCGABAR_WAIT" in text) == (cluster > 1), f"{name}: cluster barrier"
+            assert "LDGSTS" not in text, f"{name}: copies through the threads"
+            assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
+            r = report[name]
+            assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+
+
 def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
     backend = rw.create()
     wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw.FRAGS["int8"]],
@@ -296,9 +327,10 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
             "bf16": [f"wmma_{f}" for f in rw.FRAGS["bfloat16"]]}
     for kind, tiles in rw.MMA_TILES.items():
         wgmma = list(rw.WGMMA_TILES) if kind in rw.WGMMA_KINDS else []
+        tma = list(rw.TMA_TILES) if kind in rw.WGMMA_KINDS else []
         fast = list(rw.FAST_TILES) if kind in ("f16", "bf16") else []
         assert [c.name for c in backend.configs(_mma_problem(kind))] == \
-            [*wgmma, *fast, *tiles, *wmma[kind]]
+            [*tma, *wgmma, *fast, *tiles, *wmma[kind]]
         assert [c.name for c in backend.configs(_mma_problem(kind, cc=(8, 0)))] == \
             [*fast, *(tiles if kind != "f64" else ()), *wmma[kind]]
         if wgmma:
@@ -308,6 +340,13 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
             assert kernel.threads == bm // 16 * 32 and kernel.arch_suffix == "a"
             assert kernel.smem == rw.mma_smem_bytes(bm, bn, stages, warpgroup=True)
             assert "sm_90a" in rw.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
+            kernel = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(tma[0]))
+            bm, bn, stages, cluster = rw.TMA_TILES[tma[0]]
+            assert kernel.name == f"rw_tma_{kind}_{tma[0].removeprefix('tma_')}"
+            assert kernel.threads == bm // 16 * 32 + 128 and kernel.arch_suffix == "a"
+            assert kernel.smem == rw.tma_smem_bytes(bm, bn, stages) <= 227 * 1024
+            assert kernel.tma_boxes == (bm, bn // cluster) and kernel.params == rw.TMA_PARAMS
+            assert "sm_90a" in rw.tma_eligible(_mma_problem(kind, cc=(8, 0)))
         first = next(iter(tiles))
         kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
@@ -487,6 +526,11 @@ def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
         assert size <= 227 * 1024
         lines.append(f"static_assert(rw::KMajorGemm<rw::WgF16<{bn}>, 2, {bm}, {bn}, {bm // 16}, "
                      f"1, {st}>::kSmemBytes == {size}, \"wgmma smem {bm}x{bn} s{st}\");")
+    for bm, bn, st, cluster in rw.TMA_TILES.values():
+        size = rw.tma_smem_bytes(bm, bn, st)
+        assert size <= 227 * 1024
+        lines.append(f"static_assert(rw::TmaGemm<rw::WgF16<{bn}>, {bm}, {bn}, {st}, {cluster}>::"
+                     f"kSmemBytes == {size}, \"tma smem {bm}x{bn} s{st}\");")
     src = tmp_path / "smem_check.cu"
     src.write_text("\n".join(lines) + "\n")
     proc = subprocess.run([str(toolchain.require_nvcc()), "-arch=sm_90", "-cubin",
@@ -684,11 +728,13 @@ def test_kernel_names_follow_problem():
 
 # ---- launching through the driver API ----------------------------------------------------
 
-_C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLOAT64}
+_C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLOAT64,
+            "__grid_constant__ rw::TensorMap": driver.TENSOR_MAP}
 _SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
                ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
                ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
                ("mma_kmajor.cu", "RW_MMA"): rw.GEMM_PARAMS["mma_kmajor.cu"],
+               ("mma_kmajor.cu", "RW_TMA"): rw.TMA_PARAMS,
                ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
                ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS,
                ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}
@@ -699,7 +745,7 @@ def kernel_signature(source: str, macro: str) -> list[tuple[str, type]]:
     ``source``, read from the ``extern "C"`` signature in the macro's body."""
     text = (SOURCE_DIR / source).read_text()
     body = re.search(rf"#define {macro}\(.*?\n((?:.*\\\n)*.*)", text).group(1).replace("\\\n", "")
-    params = re.search(r"extern \"C\" __global__ void [^)]*\)\s*NAME\(([^)]*)\)", body).group(1)
+    params = re.search(r"extern \"C\" __global__ void .*?\)\s*NAME\(([^)]*)\)", body).group(1)
     out = []
     for param in params.split(","):
         ctype, name = " ".join(param.split()).rsplit(" ", 1)
@@ -720,6 +766,9 @@ def _read(params, kernel_params: int) -> dict[str, int | float]:
     out = {}
     for i, (name, ctype) in enumerate(params):
         raw = ctypes.string_at(pointers[i], ctypes.sizeof(ctype))
+        if ctype is driver.TENSOR_MAP:
+            out[name] = raw
+            continue
         fmt = {driver.POINTER: "<Q", driver.INT32: "<i", driver.INT64: "<q",
                driver.FLOAT64: "<d"}[ctype]
         out[name] = struct.unpack(fmt, raw)[0]
@@ -883,7 +932,8 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "_contexts", {})
     def compile_cubin(source, kernel, arch, defines=()):
         fake.compiled.append((source.name, kernel, arch, tuple(defines)))
-        signatures[kernel] = (rw.GEMM_PARAMS.get(source.name)
+        signatures[kernel] = ((rw.TMA_PARAMS if kernel.startswith("rw_tma_") else None)
+                              or rw.GEMM_PARAMS.get(source.name)
                               or (staging.STAGE_PARAMS if source.name == "stage.cu" else None)
                               or (rw.DOT_FINAL_PARAMS if "final" in kernel else rw.DOT_PARAMS))
         return nvrtc.Compiled(SOURCE_DIR / source.name, built=True)  # any file: not parsed
@@ -926,6 +976,97 @@ def test_run_launches_with_a_buffer_built_once_and_pointers_rewritten(fake_drive
     with pytest.raises(KernelRefused, match=rf"cuLaunchKernel of {name} .* stream 0x9\) on "
                                             r"device 0 failed: CUDA_ERROR_INVALID_VALUE"):
         bound(second.a, second.b, None, second.d, 9)
+
+
+class FakeTensorMaps:
+    """libcuda's tensor-map calls as :mod:`multibackend.tensormap` makes them: each encode
+    recorded (address, dims, strides, box) and its map filled with a marker and the address;
+    each address replacement recorded and written into the map."""
+
+    def __init__(self):
+        self.encoded: list[tuple] = []
+        self.replaced: list[int] = []
+
+    def encode(self, out, dtype, rank, address, dims, strides, box, steps, interleave, swizzle,
+               promotion, fill):
+        assert out % tensormap.ALIGN == 0 and rank == 3 and list(steps[:3]) == [1, 1, 1]
+        assert (dtype, interleave, swizzle, promotion, fill) == (0, 0, 3, 3, 0)
+        self.encoded.append((address, tuple(dims[:3]), tuple(strides[:2]), tuple(box[:3])))
+        ctypes.memmove(out, struct.pack("<QQ", 0x7E45, address).ljust(tensormap.SIZE, b"\0"),
+                       tensormap.SIZE)
+        return 0
+
+    def replace(self, out, address):
+        self.replaced.append(address)
+        ctypes.memmove(out + 8, struct.pack("<Q", address), 8)
+        return 0
+
+
+def _map_address(raw: bytes) -> int:
+    marker, address = struct.unpack_from("<QQ", raw)
+    assert marker == 0x7E45
+    return address
+
+
+def test_tma_launch_encodes_its_maps_once_and_repoints_them_per_call(fake_driver, monkeypatch):
+    """A TMA kernel's launch: its tensor maps encoded once (A as M rows of K bytes, B as N
+    columns, batch entries apart, boxes of the tile's rows, the cluster's share of B's), the
+    grid whole clusters along M, and a later call re-pointing only the maps of operands that
+    moved; described for the compiled front as the same buffer, its maps' addresses replaced by
+    A's and B's (native.MAP), D's pointer written."""
+    fake = FakeTensorMaps()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
+    backend = rw.create()
+    fake_driver.current = 0x1000
+    m, n, k, batch = 300, 520, 200, 2
+    problem = synthetic(m, n, k, "bfloat16", batch=batch, b_layout="col", cc=(9, 0))
+    config = Config.of("tma_128x256_c2")
+    a = _tensor((batch, m, k), torch.bfloat16)
+    b = _tensor((batch, n, k), torch.bfloat16).transpose(1, 2)
+    first = Operands(a, b, None, _tensor((batch, m, n), torch.bfloat16), stream=7)
+    backend.run(problem, first, config)
+    name = "rw_tma_bf16_128x256_c2"
+    assert fake_driver.compiled == [("mma_kmajor.cu", name, "sm_90a", (f"RW_ONLY={name}",))]
+    assert fake.encoded == [(a.data_ptr(), (2 * k, m, batch), (2 * k, 2 * m * k), (128, 128, 1)),
+                            (b.data_ptr(), (2 * k, n, batch), (2 * k, 2 * n * k), (128, 128, 1))]
+    launch = fake_driver.launches[-1]
+    assert launch["grid"] == (4 * 3, batch, 1)  # 3 row tiles rounded up to 2 clusters of 2
+    assert launch["block"] == (384, 1, 1) and launch["smem"] == rw.tma_smem_bytes(128, 256, 4)
+    args = launch["args"]
+    assert _map_address(args["a_map"]) == a.data_ptr()
+    assert _map_address(args["b_map"]) == b.data_ptr()
+    assert {key: args[key] for key in ("M", "N", "kbytes", "batch", "c", "d")} == {
+        "M": m, "N": n, "kbytes": 2 * k, "batch": batch, "c": 0, "d": first.d.data_ptr()}
+
+    moved = _tensor((batch, m, k), torch.bfloat16, offset=64)
+    d = _tensor((batch, m, n), torch.bfloat16)
+    backend.bind(problem, config, first)(moved, b, None, d, 7)
+    assert len(fake.encoded) == 2 and fake.replaced == [moved.data_ptr()]
+    again = fake_driver.launches[-1]["args"]
+    assert _map_address(again["a_map"]) == moved.data_ptr()
+    assert again["b_map"] == args["b_map"] and again["d"] == d.data_ptr()
+    flat = synthetic(m, n, k, "bfloat16", b_layout="col", cc=(9, 0))
+    ops = Operands(a[0], b[0], None, d[0], stream=7)
+    backend.run(flat, ops, config)
+    step, = backend.native(flat, config, ops).steps
+    assert _slot_names(step, rw.TMA_PARAMS) == {"a_map": native.A + native.MAP,
+                                                "b_map": native.B + native.MAP, "d": native.D}
+    assert [step.offsets[i] % tensormap.ALIGN for i in (0, 1)] == [0, 0]
+    assert _map_address(step.params[step.offsets[0]:]) == a.data_ptr()
+
+
+def test_tensor_maps_refuse_what_tma_cannot_read(monkeypatch):
+    fake = FakeTensorMaps()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
+    with pytest.raises(InvalidArgument, match="tensor map of A: its row stride is 24 bytes"):
+        tensormap.TensorMap("A", 0x1000, 24, 10, 24, 1, 0, 128)
+    with pytest.raises(InvalidArgument, match="box_rows is 300"):
+        tensormap.TensorMap("B", 0x1000, 32, 10, 32, 1, 0, 300)
+    one = tensormap.TensorMap("A", 0x1000, 48, 10, 64, 1, 0, 128)
+    assert fake.encoded[-1] == (0x1000, (48, 10, 1), (64, 640), (128, 128, 1))
+    with pytest.raises(InvalidArgument, match="its address is 0x1008"):
+        one.point_at(0x1008)
+    assert rw.tma_eligible(synthetic(256, 256, 512, "float16", b_layout="col", batch=2)) is None
 
 
 def test_run_with_c_and_the_dot_passes(fake_driver, monkeypatch):

@@ -141,6 +141,43 @@ def test_a_repeated_call_on_cupy_arrays_is_launched_by_the_front(backend):
     assert bool((third == first).all())
 
 
+def test_a_repeated_tma_raw_wmma_call_is_launched_by_the_front():
+    """x @ W.T on sm_90a takes the TMA-fed kernel: from the third call on the front launches it,
+    replacing its tensor maps' addresses with the operands' (other operands, a side stream, a
+    graph whose capture holds the maps of the captured operands)."""
+    from multibackend.backends import raw_wmma as rw
+
+    _available("raw_wmma")
+    if torch.cuda.get_device_capability() != rw.WGMMA_CC:
+        pytest.skip("the TMA kernels need sm_90a")
+    module = _front()
+    m, n, k = 300, 520, 264
+    a, w = _rand((m, k), seed=21), _rand((n, k), seed=22)
+    assert mb.explain(a, w.T, backend="raw_wmma").config.name == next(iter(rw.TMA_TILES))
+    first = mb.matmul(a, w.T, backend="raw_wmma")
+    mb.matmul(a, w.T, backend="raw_wmma")
+    served = module.stats()[2]
+    third = mb.matmul(a, w.T, backend="raw_wmma")
+    assert module.stats()[2] == served + 1, "the TMA kernel was not launched by the front"
+    assert torch.equal(first, third)
+    _check(a, w.T, third)
+    other, w2 = _rand((m, k), seed=23), _rand((n, k), seed=24)
+    by_front = mb.matmul(other, w2.T, backend="raw_wmma")
+    assert module.stats()[2] == served + 2
+    assert torch.equal(by_front, mb.matmul(other, w2.T, backend="raw_wmma",
+                                           out=torch.empty_like(third)))
+    _check(other, w2.T, by_front)
+    on_side = _late_on_a_side_stream(a, lambda late: mb.matmul(late, w.T, backend="raw_wmma"))
+    assert torch.equal(on_side, first)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mb.matmul(a, w.T, backend="raw_wmma")
+    a.copy_(_rand((m, k), seed=25))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(a, w.T, captured)
+
+
 # -- a staged raw WMMA call: copies into buffers of the plan's stream, then the fast kernel ---
 
 def _ints(shape, seed):

@@ -152,10 +152,10 @@ def compiled_kernels():
 def test_matmul_every_dtype_layout_config(t, layouts, config):
     index = PLAN.index((t, layouts, config))
     shapes = [SHAPES[(index + i) % len(SHAPES)] for i in range(3)]
-    # fast, mma and wgmma configs need 16-byte aligned rows: keep ld a multiple of 16 bytes,
-    # the sizes ragged
-    pad = 16 // _torch_dtype(t[0]).itemsize if config.startswith(("fast_", "mma_", "wgmma_")) \
-        else 1
+    # fast, mma, wgmma and tma configs need 16-byte aligned rows: keep ld a multiple of 16
+    # bytes, the sizes ragged
+    pad = 16 // _torch_dtype(t[0]).itemsize \
+        if config.startswith(("fast_", "mma_", "wgmma_", "tma_")) else 1
     for m, n, k in shapes:
         _run_and_check(t, layouts, config, m, n, k, pad=pad)
     _run_and_check(t, layouts, config, 37, 45, 53, batch=3, with_c=True, pad=pad)
@@ -172,9 +172,9 @@ def test_fast_kernel_on_large_ragged_shape(dtype):
                                FLOAT_TYPES[5], FLOAT_TYPES[6]],
                          ids=["int8", "uint8", "float16", "bfloat16-float32", "tf32", "float64"])
 def test_ptx_mma_kernel_on_large_ragged_shapes(t):
-    """The K-major mma.sync and (on sm_90a) wgmma kernels over many k-tiles, ragged in M, N
-    and K, with and without C; the first of them is the backend's default for A row-major
-    and B column-major."""
+    """The K-major mma.sync and (on sm_90a) wgmma and TMA-fed wgmma kernels over many
+    k-tiles, ragged in M, N and K, with and without C; the first of them is the backend's
+    default for A row-major and B column-major."""
     kind = rw.MMA_KINDS[t[0]]
     if kind in rw.MMA_SM90 and _cc() < (9, 0):
         pytest.skip(f"{kind} mma.sync needs sm_90")
@@ -183,7 +183,8 @@ def test_ptx_mma_kernel_on_large_ragged_shapes(t):
                         precision=precision, cc=_cc())
     configs = [c.name for c in BACKEND.configs(problem)]
     wgmma = kind in rw.WGMMA_KINDS and _cc() == rw.WGMMA_CC
-    tiles = [*(rw.WGMMA_TILES if wgmma else ()), *rw.MMA_TILES[kind]]
+    tiles = [*(rw.TMA_TILES if wgmma else ()), *(rw.WGMMA_TILES if wgmma else ()),
+             *rw.MMA_TILES[kind]]
     assert configs[0] == tiles[0] if wgmma or kind not in ("f16", "bf16") else \
         configs[0].startswith("fast_")
     pad = 16 // _torch_dtype(t[0]).itemsize
@@ -337,13 +338,13 @@ def _b1_operands(m, n, kbytes, batch, gen):
     return a[..., :kbytes], b[:, :kbytes].T
 
 
-@pytest.mark.parametrize("config", [*rw.MMA_TILES["b1and"], *rw.WGMMA_TILES])
+@pytest.mark.parametrize("config", [*rw.MMA_TILES["b1and"], *rw.WGMMA_TILES, *rw.TMA_TILES])
 def test_ptx_b1_kernel_exact_with_and_without_c(config):
     from multibackend.api import execute
     from multibackend.dispatch import decide
     from multibackend.request import matmul_call
 
-    if config in rw.WGMMA_TILES and _cc() != rw.WGMMA_CC:
+    if (config in rw.WGMMA_TILES or config in rw.TMA_TILES) and _cc() != rw.WGMMA_CC:
         pytest.skip("wgmma needs sm_90a")
     gen = torch.Generator().manual_seed(len(config))
     for m, n, kbytes, batch in B1_SHAPES:
@@ -354,6 +355,9 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
         call = matmul_call(a, b, None, alpha=1, beta=0, out=d, out_dtype="int32",
                            acc_dtype="int32", packed="bit", bitop="and", op="binary_matmul")
         assert rw.mma_eligible(call.problem) is None, call.problem.describe()
+        if config in rw.TMA_TILES and batch > 1:  # B is shared by the batch: refused
+            assert "batch stride 0" in rw.tma_eligible(call.problem)
+            continue
         chosen = next(c for c in BACKEND.configs(call.problem) if c.name == config)
         execute(call, decide(call.problem, "raw_wmma", chosen))
         assert torch.equal(d.to(torch.int64), ref), (config, m, n, kbytes, batch)
@@ -367,8 +371,8 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
 
 
 def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
-    """Aligned AND products default to the K-major kernel (wgmma on sm_90a), exact, and its
-    paired stores are not taken for a D that is not 8-byte aligned."""
+    """Aligned AND products default to the K-major kernel (TMA-fed wgmma on sm_90a), exact,
+    and its paired stores are not taken for a D that is not 8-byte aligned."""
     from multibackend.request import matmul_call
 
     gen = torch.Generator().manual_seed(11)
@@ -377,7 +381,7 @@ def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     call = matmul_call(a, b, None, alpha=1, beta=0, out_dtype="int32", acc_dtype="int32",
                        packed="bit", bitop="and", op="binary_matmul")
     chosen = multibackend.explain(call.problem, backend="raw_wmma").config
-    first = rw.WGMMA_TILES if _cc() == rw.WGMMA_CC else rw.MMA_TILES["b1and"]
+    first = rw.TMA_TILES if _cc() == rw.WGMMA_CC else rw.MMA_TILES["b1and"]
     assert chosen.name == next(iter(first))
     d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
     ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)
