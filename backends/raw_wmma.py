@@ -100,6 +100,10 @@ WGMMA_KINDS = ("b1and", "s8", "u8", "f16", "bf16", "tf32")
 #: warpgroup K-major tiles: name -> (BM, BN, stages), one warp per 16 rows; the default first
 #: (kept in step with RW_WGMMA_TILES in raw_wmma/mma_kmajor.cu)
 WGMMA_TILES = {"wgmma_256x128_s4": (256, 128, 4), "wgmma_128x256_s4": (128, 256, 4)}
+#: the K-major kernels' config names, and how many of them a product in another layout is
+#: offered as K-major staged configs (its first ones for the staged problem)
+KMAJOR_PREFIXES = ("tma_", "wgmma_", "mma_")
+KMAJOR_OFFERED = 2
 #: the compute capability whose architecture-specific target (sm_90a) has wgmma
 WGMMA_CC = (9, 0)
 #: the bytes the warpgroup kernel's stages may need to start on a 1024-byte boundary
@@ -619,8 +623,16 @@ class RawWmmaBackend(Backend):
         if wgmma_eligible(problem) is None:
             for name, (bm, bn, stages) in WGMMA_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16))
+        # the K-major kernels on copies of A row-major and B column-major (staging.py): ahead
+        # of the WMMA kernels, after the fast f16 / bf16 one (no copy, no stream pinning)
+        kmajor = (staging.offered(self, problem, KMAJOR_OFFERED, kmajor=True,
+                                  keep=lambda c: c.name.startswith(KMAJOR_PREFIXES))
+                  if mma_kind(problem) and mma_eligible(problem) is not None else [])
+        sixteen_bit = problem.in_dtype in ("float16", "bfloat16")
+        if not sixteen_bit:
+            out += kmajor
         fast = fast_eligible(problem)
-        if fast is not None and problem.in_dtype in ("float16", "bfloat16"):
+        if fast is not None and sixteen_bit:
             # the fast kernel on staged copies (see :mod:`multibackend.staging`) comes first
             if fast_eligible(staging.staged_problem(problem)) is None:
                 out += staging.offered(self, problem, len(FAST_TILES))
@@ -628,6 +640,8 @@ class RawWmmaBackend(Backend):
             for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
                 out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
                                      WARPS=wm * wn, FRAG="16x16x16"))
+        if sixteen_bit:
+            out += kmajor
         if mma_eligible(problem) is None:
             for name, (k, bm, bn, wm, wn, stages) in MMA_TILES[mma_kind(problem)].items():
                 out.append(Config.of(name, MMA_K=k, BM=bm, BN=bn, STAGES=stages, WARPS=wm * wn))
@@ -708,7 +722,7 @@ class RawWmmaBackend(Backend):
             return None
         copies, fixed, stream = (), {}, None
         if staging.is_staged(config):
-            found = staging.native_copies(problem, operands)
+            found = staging.native_copies(problem, operands, staging.is_kmajor(config))
             if found is None:
                 return None
             copies, operands, fixed = found
@@ -718,12 +732,17 @@ class RawWmmaBackend(Backend):
         prepared = self._prepared.get(self._launch_key(problem, config, operands))
         if prepared is None:
             return None
-        # a TMA kernel reads A and B through tensor maps: their addresses are replaced
+        # a TMA kernel reads A and B through tensor maps: their addresses are replaced per
+        # call, a staged copy's map made once over its buffer
         tma = config.name in TMA_TILES
-        slots = {name: source for name, source in
-                 (("a_map" if tma else "a", native.A + (native.MAP if tma else 0)),
-                  ("b_map" if tma else "b", native.B + (native.MAP if tma else 0)),
-                  ("d", native.D)) if name not in fixed}
+        slots = {(f"{role}_map" if tma else role): source + (native.MAP if tma else 0)
+                 for role, source in (("a", native.A), ("b", native.B)) if role not in fixed}
+        slots["d"] = native.D
+        if tma and fixed:
+            maps = dict(zip("ab", tensor_maps(problem, operands,
+                                              kernel_for(problem, config))))
+            fixed = {f"{role}_map": TENSOR_MAP.from_buffer_copy(maps[role].bytes())
+                     for role in fixed}
         step = native.launch_step(prepared, slots, fixed, stream)
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
                              prepared.function.context, (*copies, step), keep=(prepared,))

@@ -33,6 +33,13 @@ A backend offers staged configs, named ``staged:<its config for the staged probl
 to its own for a misaligned problem (:func:`offered`); the tuner, first-call autotuning and
 the calibrated dispatch rule weigh them like any other config, since the copy costs more
 than it saves on small problems.
+
+*K-major* staging serves kernels that read A row-major and B column-major only (raw WMMA's
+TMA, wgmma and mma.sync GEMMs: their instructions take K-contiguous operands): an operand in
+the other orientation (or misaligned) is copied into that one, lines on the grid as above, by
+a transposing copy (``rw_stage_t_*``: 32 x 32 tiles through shared memory, both sides moved
+in whole sectors). Its configs carry ``kmajor=True`` (:func:`wrap`), and everything keyed by
+the staged problem follows that flag (:func:`staged_problem`).
 """
 from __future__ import annotations
 
@@ -54,13 +61,17 @@ PAD = 64
 PREFIX = "staged:"
 #: how many of a backend's configs for the staged problem it offers as staged configs
 OFFERED = 3
-_STAGED: dict[Problem, Problem] = {}
+_STAGED: dict[tuple[Problem, bool], Problem] = {}
 _LIMIT = 4096
 
 #: the copy kernel of a repeated staged call (raw_wmma/stage.cu): its entry point by element
 #: size in bytes, its parameters as its extern "C" signature declares them, its block size
 STAGE_SOURCE = "stage.cu"
 STAGE_KERNELS = {1: "rw_stage_b8", 2: "rw_stage_b16", 4: "rw_stage_b32", 8: "rw_stage_b64"}
+#: the transposing copy (a source whose lines are its contiguous direction), by element size
+TRANSPOSE_KERNELS = {size: name.replace("rw_stage_", "rw_stage_t_")
+                     for size, name in STAGE_KERNELS.items()}
+TRANSPOSE_TILE = 32
 STAGE_PARAMS: tuple[Param, ...] = (("src", POINTER), ("dst", POINTER), ("lines", INT32),
                                    ("length", INT32), ("ld", INT64), ("src_line", INT64),
                                    ("src_pos", INT64))
@@ -68,8 +79,8 @@ STAGE_THREADS = 256
 MAX_GRID_Y = 65535
 #: (device, stream, operand) -> the buffers held for it, the one in use last
 _ARENAS: dict[tuple, list] = {}
-#: (device, element size) -> the copy kernel loaded there
-_FUNCTIONS: dict[tuple[int, int], driver.Function] = {}
+#: (device, entry point) -> the copy kernel loaded there
+_FUNCTIONS: dict[tuple[int, str], driver.Function] = {}
 #: (device, element size, source strides, staged layout) -> the copy's prepared launch
 _LAUNCHES: dict[tuple, driver.Launch] = {}
 _LOCK = threading.Lock()
@@ -79,27 +90,35 @@ def is_staged(config: Config | None) -> bool:
     return config is not None and bool(config.get("staged"))
 
 
-def wrap(config: Config) -> Config:
-    """The staged config running ``config`` (a config of the staged problem)."""
-    return Config.of(PREFIX + config.name, staged=True, **dict(config.params))
+def wrap(config: Config, kmajor: bool = False) -> Config:
+    """The staged config running ``config`` (a config of the staged problem; ``kmajor``: of
+    the K-major staged problem)."""
+    flags = {"staged": True, **({"kmajor": True} if kmajor else {})}
+    return Config.of(PREFIX + config.name, **flags, **dict(config.params))
 
 
 def inner(config: Config) -> Config:
     """The config of the staged problem that staged config ``config`` runs."""
-    params = {k: v for k, v in config.params if k != "staged"}
+    params = {k: v for k, v in config.params if k not in ("staged", "kmajor")}
     return Config.of(config.name.removeprefix(PREFIX), **params)
+
+
+def is_kmajor(config: Config) -> bool:
+    """Whether staged config ``config`` runs on the K-major staged problem."""
+    return bool(config.get("kmajor"))
 
 
 def _round_up(n: int) -> int:
     return -(-max(n, 1) // PAD) * PAD
 
 
-def _staged_operand(op: Operand) -> Operand:
-    """Where a misaligned operand lies once staged: its own orientation (row- or
-    column-major; a strided one becomes row-major), lines every PAD elements."""
-    if op.rows_aligned:
+def _staged_operand(op: Operand, layout: str | None = None) -> Operand:
+    """Where an operand lies once staged: in ``layout`` ("row" or "col"; None: its own
+    orientation, a strided one row-major), lines every PAD elements; itself when it already
+    lies so on the grid."""
+    if op.rows_aligned and layout in (None, op.layout):
         return op
-    layout = "col" if op.layout == "col" else "row"
+    layout = layout or ("col" if op.layout == "col" else "row")
     lines, length = (op.cols, op.rows) if layout == "col" else (op.rows, op.cols)
     ld = _round_up(length)
     strides = (ld, 1) if layout == "row" else (1, ld)
@@ -107,16 +126,18 @@ def _staged_operand(op: Operand) -> Operand:
                    batch_stride=lines * ld if op.batch_stride else 0, align=256)
 
 
-def staged_problem(problem: Problem) -> Problem:
-    """The problem the backend's kernel sees once A and B are staged (the same object for
-    the same problem)."""
-    found = _STAGED.get(problem)
+def staged_problem(problem: Problem, kmajor: bool = False) -> Problem:
+    """The problem the backend's kernel sees once A and B are staged (``kmajor``: A
+    row-major and B column-major; the same object for the same problem)."""
+    key = (problem, kmajor)
+    found = _STAGED.get(key)
     if found is None:
-        found = interned(problem.with_(a=_staged_operand(problem.a),
-                                       b=_staged_operand(problem.b)))
+        a_layout, b_layout = ("row", "col") if kmajor else (None, None)
+        found = interned(problem.with_(a=_staged_operand(problem.a, a_layout),
+                                       b=_staged_operand(problem.b, b_layout)))
         if len(_STAGED) >= _LIMIT:
             _STAGED.clear()
-        _STAGED[problem] = found
+        _STAGED[key] = found
     return found
 
 
@@ -124,32 +145,37 @@ def unwrap(problem: Problem, config: Config) -> tuple[Problem, Config]:
     """(the problem, the config) a kernel is built for: the staged problem and the inner
     config for a staged config, else the arguments themselves."""
     if is_staged(config):
-        return staged_problem(problem), inner(config)
+        return staged_problem(problem, is_kmajor(config)), inner(config)
     return problem, config
 
 
-def offered(backend: Any, problem: Problem, limit: int = OFFERED) -> list[Config]:
+def offered(backend: Any, problem: Problem, limit: int = OFFERED, *, kmajor: bool = False,
+            keep: Callable[[Config], bool] = lambda config: True) -> list[Config]:
     """``backend``'s staged configs for ``problem``: its first ``limit`` configs for the
-    staged problem, wrapped; none where nothing is misaligned, operands are packed, or the
-    backend refuses the staged problem."""
-    if not problem.misaligned or problem.packed:
+    staged problem that ``keep`` keeps, wrapped; none where nothing would be copied (nothing
+    misaligned, or with ``kmajor`` nothing misaligned or in the other orientation), operands
+    are packed, or the backend refuses the staged problem."""
+    if problem.op != "matmul" or problem.packed:
         return []
-    staged = staged_problem(problem)
-    if backend.supports(staged) is not None:
+    staged = staged_problem(problem, kmajor)
+    if staged == problem or backend.supports(staged) is not None:
         return []
-    return [wrap(c) for c in backend.configs(staged) if c.name != "autotune"][:limit]
+    return [wrap(c, kmajor) for c in backend.configs(staged)
+            if c.name != "autotune" and not is_staged(c) and keep(c)][:limit]
 
 
-def copy_function(device: int, arch: str, itemsize: int) -> driver.Function:
-    """The copy kernel for elements of ``itemsize`` bytes, compiled for ``arch`` (cached on
-    disk by :mod:`multibackend.nvrtc`) and loaded on ``device`` once per process."""
-    key = (device, itemsize)
+def copy_function(device: int, arch: str, itemsize: int,
+                  transpose: bool = False) -> driver.Function:
+    """The copy kernel (``transpose``: the transposing one) for elements of ``itemsize``
+    bytes, compiled for ``arch`` (cached on disk by :mod:`multibackend.nvrtc`) and loaded on
+    ``device`` once per process."""
+    name = (TRANSPOSE_KERNELS if transpose else STAGE_KERNELS)[itemsize]
+    key = (device, name)
     found = _FUNCTIONS.get(key)
     if found is None:
         with _LOCK:
             found = _FUNCTIONS.get(key)
             if found is None:
-                name = STAGE_KERNELS[itemsize]
                 compiled = nvrtc.compile_cubin(source_path(STAGE_SOURCE), name, arch,
                                                [f"RW_ONLY={name}"])
                 found = driver.load(compiled.path.read_bytes(), name, device)
@@ -161,8 +187,8 @@ def copy_launch(device: int, arch: str, strides: tuple[int, int], now: Operand, 
                 dst: int = 0) -> driver.Launch:
     """The copy kernel's launch for a matrix of ``strides`` copied into the staged layout
     ``now`` at ``dst`` (0: written before each launch), its source pointer 0 (the same)."""
-    fn = copy_function(device, arch, itemsize)
-    values, grid = copy_plan(strides, now, itemsize)
+    values, grid, transpose = copy_plan(strides, now, itemsize)
+    fn = copy_function(device, arch, itemsize, transpose)
     args = driver.Arguments(fn.name, STAGE_PARAMS, {"src": 0, "dst": dst, **values})
     return driver.Launch(fn, grid, (STAGE_THREADS, 1, 1), 0, args)
 
@@ -238,23 +264,27 @@ def run(problem: Problem, ops: Operands, config: Config,
         launch: Callable[[Problem, Operands, Config], None]) -> None:
     """Stage ``ops`` for the staged config ``config`` and ``launch`` the inner config on
     the copies."""
-    staged = staged_problem(problem)
+    staged = staged_problem(problem, is_kmajor(config))
     launch(staged, stage(problem, staged, ops), inner(config))
 
 
 def copy_plan(strides: tuple[int, int], now: Operand, itemsize: int
-              ) -> tuple[dict[str, int], tuple[int, int, int]]:
+              ) -> tuple[dict[str, int], tuple[int, int, int], bool]:
     """The copy kernel's integer arguments and grid for a matrix of ``strides`` (elements of
-    ``itemsize`` bytes) copied into the staged layout ``now``: a line is a row of a
-    row-major copy, a column of a column-major one."""
+    ``itemsize`` bytes) copied into the staged layout ``now`` (a line is a row of a
+    row-major copy, a column of a column-major one), and whether the transposing copy runs
+    it (a source whose lines are its contiguous direction)."""
     if now.layout == "col":
         lines, length, src_line, src_pos = now.cols, now.rows, strides[1], strides[0]
     else:
         lines, length, src_line, src_pos = now.rows, now.cols, strides[0], strides[1]
-    per_block = STAGE_THREADS * 16 // itemsize
     values = {"lines": lines, "length": length, "ld": now.ld, "src_line": src_line,
               "src_pos": src_pos}
-    return values, (-(-length // per_block), min(lines, MAX_GRID_Y), 1)
+    if src_line == 1 and src_pos != 1:
+        tiles = -(-lines // TRANSPOSE_TILE)
+        return values, (-(-length // TRANSPOSE_TILE), min(tiles, MAX_GRID_Y), 1), True
+    per_block = STAGE_THREADS * 16 // itemsize
+    return values, (-(-length // per_block), min(lines, MAX_GRID_Y), 1), False
 
 
 def arena(like: Any, stream: int, role: str, nbytes: int) -> Any:
@@ -271,15 +301,16 @@ def arena(like: Any, stream: int, role: str, nbytes: int) -> Any:
         return held[-1]
 
 
-def native_copies(problem: Problem, ops: Operands
+def native_copies(problem: Problem, ops: Operands, kmajor: bool = False
                   ) -> tuple[tuple, Operands, dict[str, int]] | None:
     """What a repeated call of a staged config launches before its kernel, for the compiled
     front: one copy step per misaligned A or B (:func:`copy_function`; the caller's pointer
     written per call, the copy into its
     :func:`arena` on the call's stream, to which the step is pinned), the operands with the
     copies in their place (to bind the kernel on), and each copy's address by the kernel
-    parameter it goes to ("a", "b"). None for a batch."""
-    staged = staged_problem(problem)
+    parameter it goes to ("a", "b"). None for a batch. ``kmajor``: for a K-major staged
+    config."""
+    staged = staged_problem(problem, kmajor)
     steps, copies, fixed = [], {}, {}
     for role, source in (("a", native.A), ("b", native.B)):
         src, now = getattr(ops, role), getattr(staged, role)

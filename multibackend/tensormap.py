@@ -52,13 +52,16 @@ def _failed(call: str, result: int) -> KernelRefused:
 
 class TensorMap:
     """The tensor map of one operand of ``rows`` rows of ``kbytes`` bytes, ``ld`` bytes apart,
-    ``batch`` entries ``batch_stride`` bytes apart (ignored for one entry), at ``address``,
+    ``batch`` entries ``batch_stride`` bytes apart (the strides are ignored for one row and one
+    entry, which TMA never steps over), at ``address``,
     loaded in boxes of ``box_rows`` rows. Raises :class:`InvalidArgument` naming the rule a
     value breaks (TMA reads 16-byte aligned rows), :class:`KernelRefused` when the driver
     refuses the map."""
 
     def __init__(self, name: str, address: int, kbytes: int, rows: int, ld: int, batch: int,
                  batch_stride: int, box_rows: int):
+        if rows == 1:  # a stride no load steps over: any multiple of 16 will do
+            ld = -(-kbytes // 16) * 16
         if batch == 1:
             batch_stride = rows * ld
         for what, value in (("address", address), ("row stride", ld),

@@ -1,5 +1,6 @@
-// Staging copies: one misaligned operand copied onto the 16-byte grid (see
-// multibackend/staging.py), the pass a repeated staged call launches before its GEMM.
+// Staging copies: one misaligned operand copied onto the 16-byte grid, or copied in the other
+// orientation for a kernel that reads it K-major (see multibackend/staging.py), the pass a
+// repeated staged call launches before its GEMM.
 //
 // The destination is `lines` lines of `ld` elements each (ld a multiple of 16 bytes, lines
 // starting 16-byte aligned); the source element `pos` of line `line` is at
@@ -61,6 +62,36 @@ __device__ void stage_copy(const void* src, void* dst, int lines, int length, lo
     }
 }
 
+// The same copy where the source's lines are its contiguous direction (src_line 1: a matrix
+// staged in the other orientation, a transpose): a block moves tiles of 32 lines by 32
+// positions through shared memory, reading with its lanes along the lines and writing with
+// them along the positions, so both sides are read and written in whole sectors. Positions at
+// or past `length` are not written (no kernel reads a line's padding).
+template <int BYTES>
+__device__ void stage_transpose(const void* src, void* dst, int lines, int length, long long ld,
+                                long long src_line, long long src_pos) {
+    using T = typename Bits<BYTES>::T;
+    constexpr int kTile = 32, kRows = kStageThreads / kTile;
+    __shared__ T tile[kTile][kTile + 1];  // [position][line], padded against bank conflicts
+    const int lane = threadIdx.x % kTile, row = threadIdx.x / kTile;
+    const long long pos0 = static_cast<long long>(blockIdx.x) * kTile;
+    const T* from = static_cast<const T*>(src);
+    T* to = static_cast<T*>(dst);
+    for (long long line0 = static_cast<long long>(blockIdx.y) * kTile; line0 < lines;
+         line0 += static_cast<long long>(gridDim.y) * kTile) {
+        for (int p = row; p < kTile; p += kRows) {
+            const long long pos = pos0 + p, line = line0 + lane;
+            if (pos < length && line < lines) tile[p][lane] = from[line * src_line + pos * src_pos];
+        }
+        __syncthreads();
+        for (int l = row; l < kTile; l += kRows) {
+            const long long pos = pos0 + lane, line = line0 + l;
+            if (pos < length && line < lines) to[line * ld + pos] = tile[lane][l];
+        }
+        __syncthreads();
+    }
+}
+
 }  // namespace rw
 
 // Entry point rw_stage_b<bits>: launched with blocks of 256 threads, grid (ceil(length /
@@ -73,7 +104,21 @@ __device__ void stage_copy(const void* src, void* dst, int lines, int length, lo
             rw::stage_copy<BYTES>(src, dst, lines, length, ld, src_line, src_pos);              \
     }
 
+// Entry point rw_stage_t_b<bits>: the transposing copy, the same parameters, blocks of 256
+// threads, grid (ceil(length / 32), min(ceil(lines / 32), 65535)).
+#define RW_STAGE_T(NAME, BYTES)                                                                 \
+    extern "C" __global__ void __launch_bounds__(rw::kStageThreads)                              \
+        NAME(const void* src, void* dst, int lines, int length, long long ld,                   \
+             long long src_line, long long src_pos) {                                           \
+        if constexpr (rw::selected(#NAME))                                                      \
+            rw::stage_transpose<BYTES>(src, dst, lines, length, ld, src_line, src_pos);         \
+    }
+
 RW_STAGE(rw_stage_b8, 1)
 RW_STAGE(rw_stage_b16, 2)
 RW_STAGE(rw_stage_b32, 4)
 RW_STAGE(rw_stage_b64, 8)
+RW_STAGE_T(rw_stage_t_b8, 1)
+RW_STAGE_T(rw_stage_t_b16, 2)
+RW_STAGE_T(rw_stage_t_b32, 4)
+RW_STAGE_T(rw_stage_t_b64, 8)

@@ -206,7 +206,10 @@ def test_sass_details(builds):
             if "_vec" in name:
                 assert "LDG.E.128" in sass, f"{name} {arch}: no 16-byte loads"
         for name, sass in builds[("stage.cu", arch)][1].items():
-            assert "STG.E.128" in sass, f"{name} {arch}: no 16-byte stores"
+            if name.startswith("rw_stage_t_"):  # tiles through shared memory
+                assert "STS" in sass and "LDS" in sass and "BAR.SYNC" in sass, f"{name} {arch}"
+            else:
+                assert "STG.E.128" in sass, f"{name} {arch}: no 16-byte stores"
     assert "HFMA2" in builds[("dot.cu", "sm_90")][1]["rw_dot_f16_vec_hfma2"]
 
 
@@ -668,8 +671,15 @@ def test_default_config_for_big_f16_and_bf16_is_the_fast_kernel():
                                          ("int8", ["wmma_16x16x16", "wmma_32x8x16",
                                                    "wmma_8x32x16"])])
 def test_configs_per_dtype(dtype, frags):
+    """A @ B with B row-major: the K-major kernels on staged copies first (their first two
+    configs for A row-major, B column-major; none for int4), then the WMMA kernels."""
     p = synthetic(100, 100, 256, dtype, precision="tf32" if dtype == "float32" else None)
-    assert [c.name for c in backend.configs(p)] == frags
+    staged = [c for c in backend.configs(p) if staging.is_staged(c)]
+    kmajor = [c.name for c in backend.configs(staging.staged_problem(p, kmajor=True))
+              if c.name.startswith(rw.KMAJOR_PREFIXES)][:rw.KMAJOR_OFFERED]
+    assert [c.name for c in staged] == [f"staged:{name}" for name in kmajor]
+    assert all(staging.is_kmajor(c) for c in staged) and (dtype == "int4") == (not staged)
+    assert [c.name for c in backend.configs(p)] == [c.name for c in staged] + frags
 
 
 def test_f32_needs_tf32_precision():
@@ -1064,6 +1074,8 @@ def test_tensor_maps_refuse_what_tma_cannot_read(monkeypatch):
         tensormap.TensorMap("B", 0x1000, 32, 10, 32, 1, 0, 300)
     one = tensormap.TensorMap("A", 0x1000, 48, 10, 64, 1, 0, 128)
     assert fake.encoded[-1] == (0x1000, (48, 10, 1), (64, 640), (128, 128, 1))
+    tensormap.TensorMap("A", 0x1000, 2, 1, 2, 1, 0, 128)  # one row: its stride is never used
+    assert fake.encoded[-1] == (0x1000, (2, 1, 1), (16, 16), (128, 128, 1))
     with pytest.raises(InvalidArgument, match="its address is 0x1008"):
         one.point_at(0x1008)
     assert rw.tma_eligible(synthetic(256, 256, 512, "float16", b_layout="col", batch=2)) is None

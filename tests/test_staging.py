@@ -10,6 +10,7 @@ import torch
 
 import multibackend as mb
 from multibackend import staging
+from multibackend.backends.base import Config
 from multibackend.problem import synthetic
 from multibackend.registry import REGISTRY
 from multibackend.request import matmul_call
@@ -79,14 +80,20 @@ def test_staged_config_round_trip():
 
 
 def test_every_backend_offers_staged_configs_only_where_misaligned():
+    """Staged configs only for misaligned problems, except raw WMMA's K-major ones, offered
+    for any product whose A is not row-major or B not column-major (B row-major here)."""
     odd, even = synthetic(4096, 4096, 4095), synthetic(4096, 4096, 4096)
+    kmajor = synthetic(4096, 4096, 4096, b_layout="col")
     for name in ("triton", "cutlass", "raw_wmma"):
         backend = REGISTRY.get(name)
         staged = [c for c in backend.configs(odd) if staging.is_staged(c)]
         assert staged, name
-        assert not [c for c in backend.configs(even) if staging.is_staged(c)], name
+        assert [c.name for c in backend.configs(even) if staging.is_staged(c)] == \
+            (["staged:tma_128x256_c1", "staged:tma_128x256_c2"] if name == "raw_wmma" else []), name
+        assert not [c for c in backend.configs(kmajor) if staging.is_staged(c)], name
         for cfg in staged:  # each runs a config of the aligned problem
-            inner_names = {c.name for c in backend.configs(staging.staged_problem(odd))}
+            aligned = staging.staged_problem(odd, staging.is_kmajor(cfg))
+            inner_names = {c.name for c in backend.configs(aligned)}
             assert staging.inner(cfg).name in inner_names, (name, cfg.name)
 
 
@@ -183,11 +190,17 @@ def _emulated_copy(src, now, itemsize: int):
     """What raw_wmma/stage.cu writes for ``src`` staged as ``now``, with the arguments and
     grid of :func:`staging.copy_plan`: the kernel's own indexing, line by line, read through
     the source strides it is given; the result viewed as the kernel's GEMM reads it."""
-    values, grid = staging.copy_plan(src.stride(), now, itemsize)
+    values, grid, transpose = staging.copy_plan(src.stride(), now, itemsize)
     lines, length, ld = values["lines"], values["length"], values["ld"]
     vector = 16 // itemsize
-    assert grid[0] * staging.STAGE_THREADS * vector >= length  # every element has a thread
-    assert grid[1] == min(lines, staging.MAX_GRID_Y) and ld % vector == 0
+    assert transpose == (values["src_line"] == 1 and values["src_pos"] != 1)
+    if transpose:  # one block per 32 x 32 tile of lines by positions
+        tile = staging.TRANSPOSE_TILE
+        assert grid[0] * tile >= length and grid[1] == min(-(-lines // tile), staging.MAX_GRID_Y)
+    else:
+        assert grid[0] * staging.STAGE_THREADS * vector >= length  # every element has a thread
+        assert grid[1] == min(lines, staging.MAX_GRID_Y)
+    assert ld % vector == 0
     read = torch.as_strided(src, (lines, length), (values["src_line"], values["src_pos"]))
     flat = torch.zeros((lines * ld,), dtype=src.dtype)
     flat.view(lines, ld)[:, :length] = read
@@ -213,6 +226,29 @@ def test_the_copy_kernels_arguments_stage_a_strided_view_row_major():
     now = staging.staged_problem(problem).b
     assert now.layout == "row" and now.ld % staging.PAD == 0
     assert torch.equal(_emulated_copy(b, now, 2), b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.int8, torch.float64])
+def test_kmajor_staging_copies_a_row_major_and_b_column_major(dtype):
+    """K-major staging turns A row-major and B column-major (by the transposing copy where
+    the source lies the other way), leaves operands already so, and its configs say so."""
+    gen = torch.Generator().manual_seed(5)
+    a = _view(37, 29, "col", 0, pad=8, gen=gen, dtype=dtype)
+    b = _view(29, 45, "row", 1, pad=8, gen=gen, dtype=dtype)
+    problem = matmul_call(a, b, None).problem
+    staged = staging.staged_problem(problem, kmajor=True)
+    assert staged is staging.staged_problem(problem, kmajor=True)
+    assert (staged.a.layout, staged.b.layout) == ("row", "col")
+    assert staged.a.rows_aligned and staged.b.rows_aligned
+    assert staging.staged_problem(problem).b.layout == "row"  # the other staging keeps it
+    for src, now in ((a, staged.a), (b, staged.b)):
+        assert staging.copy_plan(src.stride(), now, src.element_size())[2]
+        assert torch.equal(_emulated_copy(src, now, src.element_size()), src)
+    kept = matmul_call(_ints((16, 32), gen, dtype), _ints((24, 32), gen, dtype).T, None).problem
+    assert staging.staged_problem(kept, kmajor=True) == kept
+    config = staging.wrap(Config.of("tma_128x256_c1", BM=128), kmajor=True)
+    assert config.name == "staged:tma_128x256_c1" and staging.is_kmajor(config)
+    assert staging.unwrap(problem, config) == (staged, Config.of("tma_128x256_c1", BM=128))
 
 
 def test_arenas_grow_by_powers_of_two_per_stream_and_operand(monkeypatch):
