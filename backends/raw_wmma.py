@@ -20,8 +20,13 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   (``m16n8k8``, float32 out) and, on sm_90, f64 (``m16n8k4``, fragments read with 8-byte
   shared loads). Configs ``mma_*``. On sm_90a the same pipeline feeds warpgroups' ``wgmma``
   (b1 AND, s8, u8, f16, bf16, tf32), which read both operands from the swizzled stages
-  through shared memory descriptors. Configs ``wgmma_*``; other products of those types take
-  the WMMA kernels.
+  through shared memory descriptors (configs ``wgmma_*``), and the same wgmma GEMM is fed by
+  the TMA unit: a producer warpgroup loads the stages through tensor maps
+  (:mod:`multibackend.tensormap`) under mbarriers, optionally in 2-CTA clusters multicasting
+  B (configs ``tma_*``, the default there). Products of those types in other layouts reach
+  these kernels on K-major staged copies (``staged:tma_*``, ``staged:mma_*``: see
+  :mod:`multibackend.staging`), offered ahead of the WMMA kernels (after the fast one for
+  f16 / bf16).
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its

@@ -94,31 +94,22 @@ __device__ void stage_transpose(const void* src, void* dst, int lines, int lengt
 
 }  // namespace rw
 
-// Entry point rw_stage_b<bits>: launched with blocks of 256 threads, grid (ceil(length /
-// (256 * 16 / element bytes)), min(lines, 65535)).
-#define RW_STAGE(NAME, BYTES)                                                                   \
+// Entry points rw_stage_b<bits> (stage_copy: blocks of 256 threads, grid (ceil(length / (256 *
+// 16 / element bytes)), min(lines, 65535))) and rw_stage_t_b<bits> (stage_transpose: blocks of
+// 256 threads, grid (ceil(length / 32), min(ceil(lines / 32), 65535))).
+#define RW_STAGE(NAME, COPY, BYTES)                                                             \
     extern "C" __global__ void __launch_bounds__(rw::kStageThreads)                              \
         NAME(const void* src, void* dst, int lines, int length, long long ld,                   \
              long long src_line, long long src_pos) {                                           \
         if constexpr (rw::selected(#NAME))                                                      \
-            rw::stage_copy<BYTES>(src, dst, lines, length, ld, src_line, src_pos);              \
+            rw::COPY<BYTES>(src, dst, lines, length, ld, src_line, src_pos);                    \
     }
 
-// Entry point rw_stage_t_b<bits>: the transposing copy, the same parameters, blocks of 256
-// threads, grid (ceil(length / 32), min(ceil(lines / 32), 65535)).
-#define RW_STAGE_T(NAME, BYTES)                                                                 \
-    extern "C" __global__ void __launch_bounds__(rw::kStageThreads)                              \
-        NAME(const void* src, void* dst, int lines, int length, long long ld,                   \
-             long long src_line, long long src_pos) {                                           \
-        if constexpr (rw::selected(#NAME))                                                      \
-            rw::stage_transpose<BYTES>(src, dst, lines, length, ld, src_line, src_pos);         \
-    }
-
-RW_STAGE(rw_stage_b8, 1)
-RW_STAGE(rw_stage_b16, 2)
-RW_STAGE(rw_stage_b32, 4)
-RW_STAGE(rw_stage_b64, 8)
-RW_STAGE_T(rw_stage_t_b8, 1)
-RW_STAGE_T(rw_stage_t_b16, 2)
-RW_STAGE_T(rw_stage_t_b32, 4)
-RW_STAGE_T(rw_stage_t_b64, 8)
+RW_STAGE(rw_stage_b8, stage_copy, 1)
+RW_STAGE(rw_stage_b16, stage_copy, 2)
+RW_STAGE(rw_stage_b32, stage_copy, 4)
+RW_STAGE(rw_stage_b64, stage_copy, 8)
+RW_STAGE(rw_stage_t_b8, stage_transpose, 1)
+RW_STAGE(rw_stage_t_b16, stage_transpose, 2)
+RW_STAGE(rw_stage_t_b32, stage_transpose, 4)
+RW_STAGE(rw_stage_t_b64, stage_transpose, 8)
