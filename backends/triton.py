@@ -29,6 +29,7 @@ from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
 from multibackend.problem import Problem
 
+from .tile_counters import TileCounters
 from .triton_launch import LIMIT as LAUNCH_LIMIT
 from .triton_launch import Launcher, aligned
 
@@ -82,6 +83,26 @@ SPLITK_GROUP_M = 8
 SPLITK_SHORTLIST = 2
 #: the interpreter's split-K config: (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, warps, stages)
 INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
+#: the most slices the fused split-K kernel is offered with (its last program of a tile adds
+#: every slice's partial alone; more slices go to the two-kernel reduction, which spreads
+#: the adding over many programs)
+FUSED_MAX_SPLITS = 16
+#: TMA split-K candidates (:func:`tma_splitk_configs`), the expected best first: for at most
+#: 64 rows (BLOCK_N, BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64, with as
+#: many stages as TMA_SPLITK_SMEM holds (at most SPLITK_MAX_STAGES); else (BLOCK_M, BLOCK_N,
+#: BLOCK_K, warps, stages). Ranked by an H100 sweep of decode and few-tile
+#: products in graph mode (one-wave split of each): 16x64x256 led at N of 4096-6144,
+#: 16x64x128 at N = 1024, 16x256x64 and 16x128x128 at N of 10240-14336; 64x128x128 at
+#: 128-512 rows and cubes of 768-1024, 128x256x64 at 2048.
+TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
+TMA_SPLITK_WIDE = ((64, 128, 128, 4, 4), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
+                   (64, 256, 64, 4, 4))
+#: shared memory a TMA split-K tile's stages may take, and the fewest BLOCK_K steps a slice
+#: gets
+TMA_SPLITK_SMEM = 200 * 1024
+TMA_SPLITK_MIN_STEPS = 2
+#: TMA split-K candidates that first-call autotuning times (the first ones offered)
+TMA_SPLITK_SHORTLIST = 3
 #: the split-K reduction: elements of D per program, and its warps
 REDUCE_ELEMENTS = 1024
 REDUCE_WARPS = 4
@@ -106,10 +127,18 @@ def _tma_config(tile: tuple) -> Config:
                      num_stages=stages, GROUP_M=group, WARP_SPECIALIZE=ws)
 
 
-def _splitk_config(bm: int, bn: int, bk: int, split: int, warps: int, stages: int) -> Config:
-    return Config.of(f"splitk_{bm}x{bn}x{bk}_s{split}_w{warps}_st{stages}", kind="splitk",
-                     BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps,
-                     num_stages=stages)
+def _splitk_config(bm: int, bn: int, bk: int, split: int, warps: int, stages: int,
+                   fused: bool = False) -> Config:
+    return Config.of(f"splitk{'_fused' if fused else ''}_{bm}x{bn}x{bk}_s{split}_w{warps}"
+                     f"_st{stages}", kind="splitk", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                     SPLIT_K=split, num_warps=warps, num_stages=stages, FUSED=fused)
+
+
+def _tma_splitk_config(bm: int, bn: int, bk: int, split: int, warps: int,
+                       stages: int) -> Config:
+    return Config.of(f"tma_splitk_{bm}x{bn}x{bk}_s{split}_w{warps}_st{stages}",
+                     kind="tma_splitk", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
+                     num_warps=warps, num_stages=stages)
 
 
 def _tile_count(problem: Problem, bm: int, bn: int) -> int:
@@ -179,16 +208,60 @@ def _splitk_tiles(problem: Problem) -> list[tuple[int, int, int, int]]:
 
 def splitk_configs(problem: Problem) -> list[Config]:
     """The split-K configs offered for the problem, the expected best first: each candidate
-    tile with the split :func:`split_k` picks for it, where that is a split at all."""
+    tile with the split :func:`split_k` picks for it, where that is a split at all; in one
+    kernel (``splitk_fused_...``) where there are at most FUSED_MAX_SPLITS slices, then
+    (after every fused one) with the two-kernel reduction."""
     if not splitk_eligible(problem):
         return []
     width = int(dtypes.get(problem.in_dtype).itemsize)
-    found = []
+    fused, two_pass = [], []
     for bm, bn, bk, warps in _splitk_tiles(problem):
         split = split_k(_tile_count(problem, bm, bn), triton.cdiv(problem.k, bk))
         if split > 1:
             stages = min(SPLITK_MAX_STAGES, SPLITK_SMEM // ((bm + bn) * bk * width))
-            found.append(_splitk_config(bm, bn, bk, split, warps, stages))
+            if split <= FUSED_MAX_SPLITS:
+                fused.append(_splitk_config(bm, bn, bk, split, warps, stages, fused=True))
+            two_pass.append(_splitk_config(bm, bn, bk, split, warps, stages))
+    return fused + two_pass
+
+
+def tma_split(tiles: int, steps: int, sms: int = SPLITK_SMS) -> int:
+    """Into how many slices the TMA split-K kernel cuts K for ``tiles`` output tiles of
+    ``steps`` BLOCK_K steps: at most one wave of programs (``sms``), each slice at least
+    TMA_SPLITK_MIN_STEPS steps, at most FUSED_MAX_SPLITS slices (the last program of a tile
+    adds them all alone), made exact (no empty slice). A program per SM is what measured
+    best on an H100 (decode products: 64 tiles of 16x64 at N = 4096 ran fastest in 2
+    slices, 16 at N = 1024 in 8, 96 at N = 6144 in 1; few-tile ones: 256x512x32768 in
+    16x8, 768^3 in 72 tiles of 64x128 unsplit); more slices cost more partial sums than
+    they gained."""
+    split = max(1, min(sms // max(tiles, 1), FUSED_MAX_SPLITS,
+                       steps // TMA_SPLITK_MIN_STEPS))
+    return _exact_split(steps, split)
+
+
+def tma_splitk_configs(problem: Problem) -> list[Config]:
+    """The TMA split-K configs offered for a problem the TMA kernels take
+    (:func:`tma_eligible`) that is skinny (at most SPLITK_NARROW rows) or has fewer 128x256
+    output tiles than two waves: the candidate tiles of TMA_SPLITK_NARROW (rows rounded up
+    to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE, each with :func:`tma_split`'s
+    split (one slice included: a non-persistent grid of small tiles), the expected best
+    first."""
+    if not tma_eligible(problem) or problem.acc != "float32":
+        return []
+    m, n, k = problem.m, problem.n, problem.k
+    if m > SPLITK_NARROW and _tile_count(problem, 128, 256) >= 2 * SPLITK_SMS:
+        return []
+    if m <= 64:
+        block = max(16, triton.next_power_of_2(m))
+        tiles = [(block, bn, bk, warps, min(SPLITK_MAX_STAGES,
+                                            TMA_SPLITK_SMEM // ((block + bn) * bk * 2)))
+                 for bn, bk, warps in TMA_SPLITK_NARROW]
+    else:
+        tiles = list(TMA_SPLITK_WIDE)
+    found = []
+    for bm, bn, bk, warps, stages in tiles:
+        split = tma_split(triton.cdiv(m, bm) * triton.cdiv(n, bn), triton.cdiv(k, bk))
+        found.append(_tma_splitk_config(bm, bn, bk, split, warps, stages))
     return found
 
 
@@ -212,11 +285,13 @@ class _SplitPlan(NamedTuple):
 
     grid: tuple[int, int, int]
     reduce_grid: tuple[int, int, int]
-    workspace: tuple[int, int, int, int]  # (batch, slices, M, N), float32
+    #: float32: (batch, slices, M, N); fused: (batch * tiles, slices, BLOCK_M, BLOCK_N)
+    workspace: tuple[int, int, int, int]
     k_slice: int
     splits: int
     constexprs: dict
     reduce_constexprs: dict
+    fused: bool
 
 
 def d_by_tma(d_aligned: bool, has_c: bool) -> bool:
@@ -304,6 +379,9 @@ class TritonBackend(Backend):
         self._tma_kept: Launcher | None = None
         self._dot_pair: tuple[Launcher, Launcher] | None = None
         self._splitk_pair: tuple[Launcher, Launcher] | None = None
+        self._fused_kept: Launcher | None = None
+        self._tma_splitk_kept: Launcher | None = None
+        self._counters = TileCounters()
         self._sms: dict[int, int] = {}
         self._statics: dict[tuple[Problem, str], tuple] = {}
 
@@ -334,17 +412,21 @@ class TritonBackend(Backend):
             return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
                               num_warps=DOT_WARPS)]
         if interpreting():
-            split = [_splitk_config(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else []
+            split = ([_splitk_config(*INTERPRETER_SPLITK, fused=True),
+                      _splitk_config(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else [])
             return [_tile_config(INTERPRETER_TILE)] + split + staging.offered(self, problem)
         width = int(dtypes.get(problem.in_dtype).itemsize)
         tma = [_tma_config(t) for t in TMA_TILES] if tma_eligible(problem) else []
         # split-K after TMA: a misaligned product's staged configs stay its TMA tiles
-        tiles = tma + splitk_configs(problem) + [_tile_config(t) for t in POINTER_TILES[width]]
+        tiles = (tma_splitk_configs(problem) + tma + splitk_configs(problem)
+                 + [_tile_config(t) for t in POINTER_TILES[width]])
         if min(problem.m, problem.n) <= 64:
             # a skinny product wastes most of a 128-wide tile: narrow tiles first
             tiles.sort(key=lambda c: min(c.get("BLOCK_M"), c.get("BLOCK_N")) > 64)
         # a misaligned product: its staged TMA tiles (see :mod:`multibackend.staging`) first
-        return [Config.of("autotune")] + staging.offered(self, problem) + tiles
+        return ([Config.of("autotune")]
+                + staging.offered(self, problem, keep=lambda c: c.get("kind") != "tma_splitk")
+                + tiles)
 
     # -- matmul -------------------------------------------------------------------------
     def _keep_statics(self, problem: Problem, config: Config, statics: Any) -> Any:
@@ -451,13 +533,16 @@ class TritonBackend(Backend):
         splits = _exact_split(steps, config.get("SPLIT_K"))
         rbm = min(16, triton.next_power_of_2(m))
         rbn = min(REDUCE_ELEMENTS // rbm, triton.next_power_of_2(n))
+        fused = bool(config.get("FUSED")) or config.get("kind") == "tma_splitk"
+        tiles = _tile_count(problem, bm, bn)
         plan = _SplitPlan(
-            grid=(_tile_count(problem, bm, bn) // batch, splits, batch),
+            grid=(tiles // batch, splits, batch),
             reduce_grid=(triton.cdiv(m, rbm) * triton.cdiv(n, rbn), batch, 1),
-            workspace=(batch, splits, m, n), k_slice=triton.cdiv(steps, splits) * bk,
-            splits=splits,
+            workspace=(tiles, splits, bm, bn) if fused else (batch, splits, m, n),
+            k_slice=triton.cdiv(steps, splits) * bk, splits=splits,
             constexprs=dict(_tile_constexprs(problem, config), GROUP_M=SPLITK_GROUP_M),
-            reduce_constexprs=dict(BLOCK_M=rbm, BLOCK_N=rbn, num_warps=REDUCE_WARPS))
+            reduce_constexprs=dict(BLOCK_M=rbm, BLOCK_N=rbn, num_warps=REDUCE_WARPS),
+            fused=fused)
         return self._keep_statics(problem, config, plan)
 
     def _splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
@@ -478,6 +563,103 @@ class TritonBackend(Backend):
         return (plan, partial_key, ints, reduce_key,
                 (c_arg, d, *rints, ops.alpha, ops.beta),
                 lambda: dict(plan.reduce_constexprs, HAS_C=c is not None, SCALE=scale))
+
+    def _fused_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
+        """(plan, the fused split-K kernel's key, its integer arguments, its constexprs
+        builder); the workspace and counters take no part in the key (512-byte and chunk
+        aligned)."""
+        plan = self._splitk_statics(problem, config)
+        a, b, c, d = ops.a, ops.b, ops.c, ops.d
+        c_arg = c if c is not None else d
+        c_strides = _strides3(c) if c is not None else (0, 0, 0)
+        ints = (problem.m, problem.n, problem.k, plan.k_slice, *_strides3(a), *_strides3(b),
+                *c_strides, *_strides3(d))
+        scale = ops.alpha != 1
+        key = (problem, config.name, scale, c is not None, ints,
+               aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
+        return (plan, key, ints,
+                lambda: dict(plan.constexprs, HAS_C=c is not None, SCALE=scale))
+
+    def _fused_launcher(self) -> Launcher:
+        if self._fused_kept is None:
+            from . import triton_kernels as kernels
+
+            self._fused_kept = Launcher(kernels.matmul_splitk_fused_kernel)
+        return self._fused_kept
+
+    def _launch_splitk_fused(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """The fused split-K kernel on a fresh float32 workspace (each partial written before
+        it is read) and the stream's tile counters."""
+        import torch
+
+        plan, key, ints, constexprs = self._fused_launch(problem, ops, config)
+        d = ops.d
+        work = torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
+        counters = self._counters.get(d.device, ops.stream, plan.workspace[0])
+        c_arg = ops.c if ops.c is not None else d
+        self._fused_launcher()(key, plan.grid, ops.stream,
+                               (ops.a, ops.b, c_arg, d, work, counters, *ints, ops.alpha,
+                                ops.beta), constexprs)
+
+    def _bind_splitk_fused(self, problem: Problem, config: Config, ops: Operands):
+        """The fused split-K kernel kept, with the integers, alpha and beta of these calls
+        filled in, each call allocating its workspace and finding its stream's counters
+        (None if not kept)."""
+        import torch
+
+        plan, key, ints, _ = self._fused_launch(problem, ops, config)
+        kept = self._fused_launcher().kept(key)
+        if kept is None:
+            return None
+        runner, tail, counters = kept.runner, kept.tail, self._counters
+        shape, device, tiles, f32 = plan.workspace, ops.d.device, plan.workspace[0], torch.float32
+        scalars = (ops.alpha, ops.beta)
+
+        def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
+            work = torch.empty(shape, dtype=f32, device=device)
+            runner(a, b, d if c is None else c, d, work, counters.get(device, stream, tiles),
+                   *ints, *scalars, *tail, stream=stream)
+        return launch
+
+    def _tma_splitk_launcher(self) -> Launcher:
+        if self._tma_splitk_kept is None:
+            from . import triton_kernels as kernels
+
+            self._tma_splitk_kept = Launcher(kernels.matmul_tma_splitk_kernel)
+        return self._tma_splitk_kept
+
+    def _launch_tma_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """The TMA split-K kernel: descriptors built per call, a fresh float32 workspace and
+        the stream's tile counters where K is split (with one slice neither is touched: the
+        counters stand in for both)."""
+        import torch
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        plan = self._splitk_statics(problem, config)
+        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
+        b_kmajor = problem.b.layout == "col"
+        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+        b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
+                  else TensorDescriptor.from_tensor(b, [bk, bn]))
+        has_c, scale = ops.c is not None, ops.alpha != 1
+        c = _matrix(ops.c) if has_c else d
+        counters = self._counters.get(d.device, ops.stream, plan.workspace[0])
+        work = (torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
+                if plan.splits > 1 else counters)
+        ints = (problem.m, problem.n, problem.k, plan.k_slice, c.stride(0), c.stride(1),
+                d.stride(0), d.stride(1))
+        key = (problem, config.name, has_c, scale, ints,
+               aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
+
+        def constexprs() -> dict[str, Any]:
+            return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=SPLITK_GROUP_M,
+                        B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
+                        num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+
+        self._tma_splitk_launcher()(key, plan.grid[:2] + (1,), ops.stream,
+                                    (a_desc, b_desc, c, d, work, counters, *ints, ops.alpha,
+                                     ops.beta), constexprs)
 
     def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
         if self._splitk_pair is None:
@@ -524,6 +706,14 @@ class TritonBackend(Backend):
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
         if staging.is_staged(config):
             staging.run(problem, ops, config, self._launch)
+        elif config.get("kind") == "splitk" and config.get("FUSED"):
+            self._launch_splitk_fused(problem, ops, config)
+        elif config.get("kind") == "tma_splitk":
+            if _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
+                self._launch_tma_splitk(problem, ops, config)
+            else:  # arrays off the 16-byte grid: the same tiles and split through plain loads
+                self._launch_splitk_fused(problem, ops, Config.of(
+                    config.name, **dict(config.params, kind="splitk", FUSED=True)))
         elif config.get("kind") == "splitk":
             self._launch_splitk(problem, ops, config)
         elif config.get("kind") != "tma":
@@ -534,13 +724,15 @@ class TritonBackend(Backend):
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
-        """The first TMA_SHORTLIST TMA candidates (staged ones for a misaligned product)
-        where there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
+        """The first TMA_SPLITK_SHORTLIST TMA split-K candidates (skinny and few-tile
+        products), the first TMA_SHORTLIST TMA candidates (staged ones for a misaligned
+        product) where there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
         split-K candidates on the caller's operands (skinny and few-tile products), the
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
         tiles = self.configs(problem)[1:]
-        pointer = [c for c in tiles if c.get("kind") not in ("tma", "splitk")]
+        pointer = [c for c in tiles if c.get("kind") not in ("tma", "splitk", "tma_splitk")]
+        tma_splits = [c for c in tiles if c.get("kind") == "tma_splitk"][:TMA_SPLITK_SHORTLIST]
         split = [c for c in tiles
                  if c.get("kind") == "splitk" and not staging.is_staged(c)][:SPLITK_SHORTLIST]
 
@@ -553,7 +745,7 @@ class TritonBackend(Backend):
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
                 else min(pointer, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")))
-        picked = tma + split + pointer[:2]
+        picked = tma_splits + tma + split + pointer[:2]
         return picked + ([fill] if fill not in picked else [])
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
@@ -680,8 +872,10 @@ class TritonBackend(Backend):
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if config.get("kind") == "tma" or staging.is_staged(config):
+        if config.get("kind") in ("tma", "tma_splitk") or staging.is_staged(config):
             return None
+        if config.get("kind") == "splitk" and config.get("FUSED"):
+            return self._bind_splitk_fused(problem, config, operands)
         if config.get("kind") == "splitk":
             return self._bind_splitk(problem, config, operands)
         key, _, args, _ = self._matmul_launch(problem, operands, config)
@@ -707,7 +901,7 @@ class TritonBackend(Backend):
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if config.get("kind") in ("tma", "splitk") or staging.is_staged(config):
+        if config.get("kind") in ("tma", "tma_splitk", "splitk") or staging.is_staged(config):
             return None
         key, _, args, _ = self._matmul_launch(problem, operands, config)
         kept = self._launcher().kept(key)

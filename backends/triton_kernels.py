@@ -166,6 +166,114 @@ def matmul_splitk_kernel(
 
 
 @triton.jit
+def _last_slice_stores(acc, w_ptr, count_ptr, tile, part, splits, c_ptr, d_ptr, batch,
+                       offs_m, offs_n, M, N, stride_cb, stride_cm, stride_cn,
+                       stride_db, stride_dm, stride_dn, alpha, beta,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_C: tl.constexpr,
+                       SCALE: tl.constexpr):
+    """The end of a fused split-K program: write this slice's float32 partial tile to the
+    workspace ``w`` [tiles, slices, BLOCK_M, BLOCK_N] (the rows under M), then count this
+    program in on the tile's counter (``count_ptr``, int32, zero at launch). The program that
+    arrives last adds every slice's partial from the workspace in slice order, so the sum is
+    the same whichever program that is (a fixed config gives bit-identical results run to
+    run), applies the epilogue, writes D once and sets the counter back to zero for the next
+    launch. Partials are read through L2 (``.cg``), after the counter's acquire; every thread
+    of the program has stored its part before the release (a barrier)."""
+    rows = offs_m[:, None] < M
+    within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    w_tile = w_ptr + tile * splits * (BLOCK_M * BLOCK_N) + within
+    tl.store(w_tile + part * (BLOCK_M * BLOCK_N), acc.to(tl.float32), mask=rows)
+    tl.debug_barrier()
+    if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == splits - 1:
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for s in range(0, splits):
+            total += tl.load(w_tile + s * (BLOCK_M * BLOCK_N), mask=rows, other=0.0,
+                             cache_modifier=".cg")
+        tl.store(count_ptr + tile, 0)
+        _epilogue(total, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
+                  stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn, alpha,
+                  beta, tl.float32, HAS_C, SCALE)
+
+
+@triton.jit
+def matmul_splitk_fused_kernel(
+    a_ptr, b_ptr, c_ptr, d_ptr, w_ptr, count_ptr, M, N, K, K_SLICE,
+    stride_ab, stride_am, stride_ak,
+    stride_bb, stride_bk, stride_bn,
+    stride_cb, stride_cm, stride_cn,
+    stride_db, stride_dm, stride_dn,
+    alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
+):
+    """Split-K in one kernel. Grid: (output tiles, slices of K, batch). Program (tile, s, b)
+    multiplies its slice of K as :func:`matmul_splitk_kernel` does; the last program of each
+    tile to finish reduces it (:func:`_last_slice_stores`)."""
+    pid = tl.program_id(0)
+    part = tl.program_id(1)
+    batch = tl.program_id(2).to(tl.int64)
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
+                                    stride_ab, stride_am, stride_ak,
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+    k_start = part * K_SLICE
+    a_ptrs += k_start.to(tl.int64) * stride_ak
+    b_ptrs += k_start.to(tl.int64) * stride_bk
+    k_left = K - k_start
+    acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
+                    stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
+                    EVEN_K, UPCAST)
+    _last_slice_stores(acc, w_ptr, count_ptr, batch * tl.num_programs(0) + pid, part,
+                       tl.num_programs(1), c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
+                       stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn,
+                       alpha, beta, BLOCK_M, BLOCK_N, HAS_C, SCALE)
+
+
+@triton.jit
+def matmul_tma_splitk_kernel(
+    a_desc, b_desc, c_ptr, d_ptr, w_ptr, count_ptr, M, N, K, K_SLICE,
+    stride_cm, stride_cn, stride_dm, stride_dn, alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr,
+    SCALE: tl.constexpr,
+):
+    """Split-K over tensor-memory-accelerator descriptors, in one kernel. Grid: (output
+    tiles, slices of K). Program (tile, s) multiplies A and B over K in [s * K_SLICE,
+    (s + 1) * K_SLICE) (K_SLICE a multiple of BLOCK_K), the TMA unit fetching the tiles
+    (zero-filled past M, N and K) as :func:`matmul_tma_persistent_kernel` does. With one
+    slice it stores D directly; with more, the last program of each tile to finish reduces
+    it (:func:`_last_slice_stores`). A matrix product of one batch entry, float32
+    accumulation."""
+    pid = tl.program_id(0)
+    part = tl.program_id(1)
+    splits = tl.num_programs(1)
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    k_start = part * K_SLICE
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for off_k in tl.range(k_start, min(k_start + K_SLICE, K), BLOCK_K):
+        a = a_desc.load([off_m, off_k])
+        if B_KMAJOR:
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(a, b, acc)
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    if splits == 1:
+        _epilogue(acc, c_ptr, d_ptr, 0, offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0,
+                  stride_dm, stride_dn, alpha, beta, tl.float32, HAS_C, SCALE)
+    else:
+        _last_slice_stores(acc, w_ptr, count_ptr, pid, part, splits, c_ptr, d_ptr, 0,
+                           offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0, stride_dm,
+                           stride_dn, alpha, beta, BLOCK_M, BLOCK_N, HAS_C, SCALE)
+
+
+@triton.jit
 def splitk_reduce_kernel(
     w_ptr, c_ptr, d_ptr, M, N, SPLITS,
     stride_cb, stride_cm, stride_cn,
