@@ -24,6 +24,10 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``few_tile``: products of at most two waves of 128x256 output tiles on an H100's 132
   multiprocessors, most of them less than one (cubes from 768 to 2560, small M*N with deep
   K: 128x128x65536 is one tile), where a data-parallel grid idles.
+- ``calibration_decode``: decode-sized and few-tile products that the committed calibration
+  of untuned ``auto`` on them is tuned on, disjoint from ``decode``, ``few_tile`` and
+  ``validation`` (which score it): other projections (Llama-2-13B's, Llama-2-7B's MLP, a
+  2048-wide k/v) at other token counts, and other cubes.
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
@@ -108,6 +112,10 @@ def _validation() -> tuple[Shape, ...]:
 DECODE_PROJECTIONS = ((4096, 4096), (6144, 4096), (1024, 4096), (14336, 4096), (28672, 4096),
                       (4096, 14336), (128256, 4096), (10240, 8192))
 DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+#: calibration_decode's (N, K) projections and token counts (none of decode's)
+CALIBRATION_DECODE_PROJECTIONS = ((5120, 5120), (13824, 5120), (5120, 13824), (2048, 4096),
+                                  (11008, 4096))
+CALIBRATION_DECODE_TOKENS = (3, 6, 12, 24, 48, 96, 192, 384)
 
 SUITES: dict[str, tuple[Shape, ...]] = {
     "square": tuple(Shape(1, s, s, s) for s in (256, 512, 1024, 2048, 4096, 8192, 16384)),
@@ -132,6 +140,9 @@ SUITES: dict[str, tuple[Shape, ...]] = {
     "misaligned_small": (Shape(1, 17, 33, 65), Shape(1, 100, 257, 99), Shape(1, 129, 511, 255),
                          Shape(1, 333, 129, 499), Shape(1, 511, 511, 511),
                          Shape(1, 64, 4095, 4097), Shape(1, 7, 11008, 4095)),
+    "calibration_decode": tuple(Shape(1, m, n, k) for n, k in CALIBRATION_DECODE_PROJECTIONS
+                                for m in CALIBRATION_DECODE_TOKENS) + tuple(
+        Shape(1, s, s, s) for s in (896, 1280, 1792, 2304)),
     "calibration_misaligned": (
         Shape(1, 513, 515, 517), Shape(1, 1025, 1023, 1021), Shape(1, 1537, 1535, 1539),
         Shape(1, 2049, 2047, 2045), Shape(1, 2500, 2999, 3001), Shape(1, 3583, 3585, 3581),

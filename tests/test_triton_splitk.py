@@ -1,13 +1,14 @@
-"""CPU tier for the Triton backend's split-K kernels: exact results in Triton's interpreter
-on small-integer operands against float64 (ragged M, N and K, every layout, alpha, beta and
-C, a float32 D, batched and broadcast operands, bf16, a staged misaligned product, a
-workspace full of NaN), the same bits run after run, where the configs are offered and which
-split they choose, the bound launch, and the first pass compiled ahead of time for sm_90
-with its tensor-core instruction found in the PTX.
+"""CPU tier for the Triton backend's split-K kernels, two-kernel and fused: exact results in
+Triton's interpreter on small-integer operands against float64 (ragged M, N and K, every
+layout, alpha, beta and C, a float32 D, batched and broadcast operands, bf16, a staged
+misaligned product, a workspace full of NaN), the same bits run after run with the tile
+counters left at zero, where the configs (the TMA split-K ones too) are offered and which
+split they choose, the bound launch, and every kernel compiled ahead of time for sm_90 with
+its tensor-core instructions, loads and counter atomic found in the PTX.
 
-Run as a script (``python tests/test_triton_splitk.py {few|skinny} {float16|bfloat16}``), it
-compiles the split-K kernel for sm_90 with no GPU and prints what its PTX holds as JSON: the
-tests run it in a child process, without the interpreter switch.
+Run as a script (``python tests/test_triton_splitk.py {few|skinny|fused|tma_few|tma_skinny}
+{float16|bfloat16}``), it compiles a split-K kernel for sm_90 with no GPU and prints what its
+PTX holds as JSON: the tests run it in a child process, without the interpreter switch.
 """
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ from multibackend.request import matmul_call
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="interpreter tests run where there is no GPU")
 
-#: the interpreter's split-K config: 16x32x32 tiles, K cut into at most 3 slices
+#: the interpreter's split-K configs: 16x32x32 tiles, K cut into at most 3 slices, added up
+#: by a second kernel or, fused, by the last program of each tile
 CONFIG = "splitk_16x32x32_s3_w4_st1"
+FUSED = "splitk_fused_16x32x32_s3_w4_st1"
 SHAPES = [(m, n, k) for m in (1, 3, 17) for n in (5, 33, 64) for k in (31, 96, 130)]
 LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 
@@ -48,12 +51,17 @@ def _reference(a, b, c=None, alpha=1.0, beta=0.0):
     return d + beta * c.double() if c is not None else d
 
 
-def _splitk(a, b, c=None, *, out_dtype=None, **kw):
-    """The product through the interpreter's split-K config, D poisoned beforehand."""
+@pytest.fixture(params=[CONFIG, FUSED], ids=["two_kernels", "fused"])
+def config(request):
+    return request.param
+
+
+def _splitk(a, b, c=None, *, config=CONFIG, out_dtype=None, **kw):
+    """The product through an interpreter split-K config, D poisoned beforehand."""
     shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
     out = torch.empty(shape, dtype=out_dtype or a.dtype)
     poison(out)
-    d = mb.matmul(a, b, c, out=out, out_dtype=out_dtype, backend="triton", config=CONFIG, **kw)
+    d = mb.matmul(a, b, c, out=out, out_dtype=out_dtype, backend="triton", config=config, **kw)
     assert d is out
     return d
 
@@ -67,68 +75,71 @@ def _assert_exact(d, ref):
 
 @interpreter_only
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_splitk_exact_on_ragged_shapes(shape):
+def test_splitk_exact_on_ragged_shapes(shape, config):
     m, n, k = shape
     gen = torch.Generator().manual_seed(m * 10007 + n * 101 + k)
     a_layout, b_layout = LAYOUTS[SHAPES.index(shape) % len(LAYOUTS)]
     a, b = _ints((m, k), gen, layout=a_layout), _ints((k, n), gen, layout=b_layout)
-    _assert_exact(_splitk(a, b), _reference(a, b))
+    _assert_exact(_splitk(a, b, config=config), _reference(a, b))
 
 
 @interpreter_only
 @pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda v: "-".join(v))
-def test_splitk_every_layout_with_alpha_beta_and_c(layouts):
+def test_splitk_every_layout_with_alpha_beta_and_c(layouts, config):
     gen = torch.Generator().manual_seed(len(layouts[0]) * 3 + len(layouts[1]))
     a = _ints((17, 130), gen, layout=layouts[0])
     b = _ints((130, 33), gen, layout=layouts[1])
     c = _ints((17, 33), gen)
-    _assert_exact(_splitk(a, b, c, alpha=-1.5, beta=0.25), _reference(a, b, c, -1.5, 0.25))
-    _assert_exact(_splitk(a, b, alpha=2.0), _reference(a, b, alpha=2.0))
+    _assert_exact(_splitk(a, b, c, alpha=-1.5, beta=0.25, config=config),
+                  _reference(a, b, c, -1.5, 0.25))
+    _assert_exact(_splitk(a, b, alpha=2.0, config=config), _reference(a, b, alpha=2.0))
 
 
 @interpreter_only
-def test_splitk_float32_d_and_bfloat16():
+def test_splitk_float32_d_and_bfloat16(config):
     gen = torch.Generator().manual_seed(21)
     a, b = _ints((3, 96), gen), _ints((96, 64), gen, layout="col")
-    d = _splitk(a, b, out_dtype=torch.float32)
+    d = _splitk(a, b, out_dtype=torch.float32, config=config)
     assert d.dtype == torch.float32
     _assert_exact(d, _reference(a, b))
     a, b, c = (_ints((17, 130), gen, torch.bfloat16), _ints((130, 33), gen, torch.bfloat16),
                _ints((17, 33), gen, torch.bfloat16))
-    _assert_exact(_splitk(a, b, c, alpha=0.5, beta=-2.0), _reference(a, b, c, 0.5, -2.0))
+    _assert_exact(_splitk(a, b, c, alpha=0.5, beta=-2.0, config=config),
+                  _reference(a, b, c, 0.5, -2.0))
 
 
 @interpreter_only
-def test_splitk_float32_operands():
+def test_splitk_float32_operands(config):
     gen = torch.Generator().manual_seed(22)
     a, b = _ints((17, 130), gen, torch.float32), _ints((130, 5), gen, torch.float32, "col")
-    _assert_exact(_splitk(a, b, precision="ieee"), _reference(a, b))
+    _assert_exact(_splitk(a, b, precision="ieee", config=config), _reference(a, b))
 
 
 @interpreter_only
-def test_splitk_batched_with_a_broadcast_b():
+def test_splitk_batched_with_a_broadcast_b(config):
     gen = torch.Generator().manual_seed(23)
     a = _ints((3, 17, 130), gen)
     b = _ints((130, 33), gen, layout="col")
     c = _ints((3, 17, 33), gen)
-    _assert_exact(_splitk(a, b, c, alpha=-1.0, beta=1.0), _reference(a, b, c, -1.0, 1.0))
+    _assert_exact(_splitk(a, b, c, alpha=-1.0, beta=1.0, config=config),
+                  _reference(a, b, c, -1.0, 1.0))
     b3 = _ints((3, 130, 33), gen)
-    _assert_exact(_splitk(a, b3), _reference(a, b3))
+    _assert_exact(_splitk(a, b3, config=config), _reference(a, b3))
 
 
 @interpreter_only
-def test_splitk_staged_misaligned_product():
+def test_splitk_staged_misaligned_product(config):
     """A misaligned product's staged split-K config: the copies, then both passes."""
     gen = torch.Generator().manual_seed(24)
     a = _ints((17, 131 + 3), gen)[:, 3:]  # rows off the 16-byte grid
     b = _ints((131, 33), gen)
     assert matmul_call(a, b).problem.misaligned
-    d = mb.matmul(a, b, backend="triton", config="staged:" + CONFIG)
+    d = mb.matmul(a, b, backend="triton", config="staged:" + config)
     _assert_exact(d, _reference(a, b))
 
 
 @interpreter_only
-def test_splitk_never_reads_what_it_did_not_write(monkeypatch):
+def test_splitk_never_reads_what_it_did_not_write(monkeypatch, config):
     """The first pass writes every element of the workspace: one handed over full of NaN
     still gives the exact result."""
     empty = torch.empty
@@ -142,18 +153,24 @@ def test_splitk_never_reads_what_it_did_not_write(monkeypatch):
     monkeypatch.setattr(torch, "empty", poisoned_empty)
     gen = torch.Generator().manual_seed(25)
     a, b = _ints((2, 17, 130), gen), _ints((2, 130, 33), gen)
-    _assert_exact(_splitk(a, b), _reference(a, b))
+    _assert_exact(_splitk(a, b, config=config), _reference(a, b))
 
 
 @interpreter_only
-def test_splitk_is_deterministic():
-    """No atomics: the slices are added in one order, so a fixed config gives the same bits
-    on every run (on operands whose sums do round)."""
+def test_splitk_is_deterministic(config):
+    """The slices are added in one order (fused: by whichever program of a tile arrives
+    last, always in slice order), so a fixed config gives the same bits on every run (on
+    operands whose sums do round); the fused kernel leaves its tile counters at zero."""
     gen = torch.Generator().manual_seed(26)
     a = (torch.rand((17, 130), generator=gen) * 2 - 1).half()
     b = (torch.rand((130, 64), generator=gen) * 2 - 1).half()
-    first, second = _splitk(a, b, out_dtype=torch.float32), _splitk(a, b, out_dtype=torch.float32)
+    first = _splitk(a, b, out_dtype=torch.float32, config=config)
+    second = _splitk(a, b, out_dtype=torch.float32, config=config)
     assert torch.equal(first, second)
+    from multibackend.registry import REGISTRY
+
+    counters = REGISTRY.get("triton")._counters._given.values()
+    assert all(not t.any() for t in counters)
 
 
 @interpreter_only
@@ -184,7 +201,8 @@ def test_splitk_offered_for_skinny_and_few_tile_products_only(monkeypatch):
     backend, offered = _gpu_configs(monkeypatch, skinny)
     assert offered
     for config in offered:
-        assert re.fullmatch(r"splitk_\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name), config.name
+        assert re.fullmatch(r"splitk_(fused_)?\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name), \
+            config.name
         assert config.get("BLOCK_M") == 16 and config.get("SPLIT_K") > 1
     shortlist = backend._shortlist(skinny, 132)
     assert [c for c in shortlist if c.get("kind") == "splitk"] == offered[:2]
@@ -200,6 +218,83 @@ def test_splitk_offered_for_skinny_and_few_tile_products_only(monkeypatch):
     synthetic(8, 4096, 4096, acc="float16")], ids=["int8", "float64", "fp8", "f16acc"])
 def test_splitk_not_offered_without_float32_accumulation(monkeypatch, problem):
     assert not _gpu_configs(monkeypatch, problem)[1]
+
+
+def test_fused_splitk_offered_first_and_only_for_few_slices(monkeypatch):
+    """Every tile is offered fused (one kernel) first where it has at most FUSED_MAX_SPLITS
+    slices, and with the two-kernel reduction after; a deep-K product of one or two tiles
+    cut into more slices than that gets the two-kernel reduction only."""
+    from multibackend.backends.triton import FUSED_MAX_SPLITS
+
+    _, offered = _gpu_configs(monkeypatch, synthetic(8, 4096, 4096))
+    fused = [c for c in offered if c.get("FUSED")]
+    assert fused and offered[:len(fused)] == fused
+    two_pass = offered[len(fused):]
+    assert {c.name.replace("splitk_fused_", "splitk_") for c in fused} <= {c.name for c in two_pass}
+    _, deep = _gpu_configs(monkeypatch, synthetic(128, 128, 65536))
+    assert deep and all(c.get("SPLIT_K") > FUSED_MAX_SPLITS and not c.get("FUSED") for c in deep)
+
+
+def _tma_splitk(monkeypatch, problem):
+    from multibackend.registry import REGISTRY
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    backend = REGISTRY.get("triton")
+    return backend, [c for c in backend.configs(problem) if c.get("kind") == "tma_splitk"]
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (7, 1024, 4096), (48, 14336, 4096),
+                                   (128, 4096, 4096), (768, 768, 768), (2048, 2048, 2048),
+                                   (256, 512, 32768)])
+def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, shape):
+    """Aligned 16-bit products with at most 64 rows get tiles of their rows rounded up to
+    16, 32 or 64, wider ones the wide tiles; each split fills at most one wave with slices
+    of at least TMA_SPLITK_MIN_STEPS steps, none empty; they come first among the tiles
+    and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
+    import triton
+
+    from multibackend.backends.triton import (FUSED_MAX_SPLITS, TMA_SPLITK_MIN_STEPS,
+                                              TMA_SPLITK_SHORTLIST)
+
+    m, n, k = shape
+    problem = synthetic(m, n, k)
+    backend, offered = _tma_splitk(monkeypatch, problem)
+    assert offered and backend.configs(problem)[1:len(offered) + 1] == offered
+    for config in offered:
+        assert re.fullmatch(r"tma_splitk_\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name)
+        bm, bn, bk = (config.get(key) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+        if m <= 64:
+            assert bm == max(16, triton.next_power_of_2(m)), config.name
+        split, steps = config.get("SPLIT_K"), triton.cdiv(k, bk)
+        tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+        assert 1 <= split <= FUSED_MAX_SPLITS and (split == 1 or tiles * split <= 132)
+        per = triton.cdiv(steps, split)
+        assert triton.cdiv(steps, per) == split
+        assert split == 1 or per >= TMA_SPLITK_MIN_STEPS, config.name
+    shortlist = backend._shortlist(problem, 132)
+    assert shortlist[:TMA_SPLITK_SHORTLIST] == offered[:TMA_SPLITK_SHORTLIST]
+
+
+@pytest.mark.parametrize("problem", [
+    synthetic(8192, 8192, 8192), synthetic(1, 4096, 4096, "float32"),
+    synthetic(1, 4096, 4096, "int8"), synthetic(1, 4096, 4096, batch=2),
+    synthetic(8, 4096, 4096, a_layout="col"), synthetic(1, 4095, 4096),
+    synthetic(1, 4096, 4096, cc=(8, 0)), synthetic(1, 4096, 4096, acc="float16")],
+    ids=["large", "float32", "int8", "batched", "a_col", "misaligned", "sm80", "f16acc"])
+def test_tma_splitk_not_offered_where_the_tma_kernels_do_not_run(monkeypatch, problem):
+    assert not _tma_splitk(monkeypatch, problem)[1]
+
+
+def test_tma_split_choice():
+    from multibackend.backends.triton import tma_split
+
+    assert tma_split(64, 16) == 2  # 1x4096x4096 in 16x64x256 tiles: one wave
+    assert tma_split(16, 32) == 8  # N = 1024 in 16x64 tiles
+    assert tma_split(96, 32) == 1  # N = 6144: a split would pass one wave
+    assert tma_split(2, 512) == 16  # deep K: at most FUSED_MAX_SPLITS slices
+    assert tma_split(4, 6) == 3  # K allows slices of 2 steps
+    assert tma_split(4, 7) == 3  # made exact: 3, 3 and 1 steps
+    assert tma_split(8, 64, sms=64) == 8  # the count of multiprocessors given
 
 
 def test_splitk_skinny_n_gets_tall_narrow_tiles(monkeypatch):
@@ -312,13 +407,42 @@ def test_splitk_skinny_kernel_uses_tensor_cores_for_sm90():
     assert info["wgmma"] + info["mma_sync"] > 0 and info["async_copies"] > 0, info
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fused_splitk_kernel_counts_tiles_with_one_acquire_release_atomic(dtype):
+    """The fused kernel: wgmma fed by cp.async, one acquire-release add on the tile's
+    counter at GPU scope, the partials read back through L2 (``ld.global.cg``)."""
+    info = _aot("fused", dtype)
+    assert info["target"] and info["wgmma"] > 0 and info["async_copies"] > 0, info
+    assert info["counter_atomics"] == 1 and info["l2_loads"] > 0, info
+    assert info["shared"] <= 232448, info
+
+
+@pytest.mark.parametrize("kind", ["tma_few", "tma_skinny"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
+    """The TMA split-K kernel: tiles fetched by bulk tensor copies (no cp.async of
+    threads), wgmma for a 64-row tile and mma.sync for a 16-row one, the same counter
+    atomic and L2 reads as the fused kernel, within the shared memory of an H100."""
+    info = _aot(kind, dtype)
+    assert info["target"] and info["tma_loads"] > 0 and info["async_copies"] == 0, info
+    if kind == "tma_few":
+        assert info["wgmma"] > 0 and info["mma_sync"] == 0, info
+    else:
+        assert info["mma_sync"] > 0, info
+    assert info["counter_atomics"] == 1 and info["l2_loads"] > 0, info
+    assert info["shared"] <= 232448, info
+
+
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the tiles compiled ahead of time
-AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4)}
+AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
+             "fused": (128, 128, 64, 8, 4), "tma_few": (64, 128, 128, 4, 4),
+             "tma_skinny": (16, 64, 256, 4, 4)}
 
 
 def _compile_splitk(kind: str, dtype: str):
-    """The first split-K pass for sm_90, specialized as a launch on 16-byte aligned,
-    row-major operands would be."""
+    """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
+    operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
+    kernel (``fused``) or the TMA kernel (``tma_*``)."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -327,17 +451,40 @@ def _compile_splitk(kind: str, dtype: str):
     from multibackend.backends import triton_kernels as kernels
 
     bm, bn, bk, warps, stages = AOT_TILES[kind]
-    t = f"*{TYPES[dtype]}"
-    args = [("a_ptr", t), ("b_ptr", t), ("w_ptr", "*fp32"), ("M", "i32"), ("N", "i32"),
-            ("K", "i32"), ("K_SLICE", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"),
-            ("stride_bb", "i32"), ("stride_bk", "i32")]
-    consts = dict(stride_ak=1, stride_bn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
-                  ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False)
-    params = list(kernels.matmul_splitk_kernel.arg_names)
-    aligned = {(params.index(name),): [["tt.divisibility", 16]] for name, _ in args}
-    src = triton.compiler.ASTSource(fn=kernels.matmul_splitk_kernel,
-                                    signature=_signature(args, consts), constexprs=consts,
-                                    attrs=aligned)
+    e = TYPES[dtype]
+    t = f"*{e}"
+    tile = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
+    pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False)
+    if kind.startswith("tma"):
+        fn = kernels.matmul_tma_splitk_kernel
+        args = [("a_desc", f"tensordesc<{e}[{bm}, {bk}]>"),
+                ("b_desc", f"tensordesc<{e}[{bk}, {bn}]>"), ("c_ptr", t), ("d_ptr", t),
+                ("w_ptr", "*fp32"), ("count_ptr", "*i32"), ("M", "i32"), ("N", "i32"),
+                ("K", "i32"), ("K_SLICE", "i32"), ("stride_cm", "i32"), ("stride_dm", "i32"),
+                ("alpha", "fp32"), ("beta", "fp32")]
+        consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=False, HAS_C=False,
+                      SCALE=False)
+    elif kind == "fused":
+        fn = kernels.matmul_splitk_fused_kernel
+        args = [("a_ptr", t), ("b_ptr", t), ("c_ptr", t), ("d_ptr", t), ("w_ptr", "*fp32"),
+                ("count_ptr", "*i32"), ("M", "i32"), ("N", "i32"), ("K", "i32"),
+                ("K_SLICE", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"),
+                ("stride_bb", "i32"), ("stride_bk", "i32"), ("stride_cb", "i32"),
+                ("stride_cm", "i32"), ("stride_cn", "i32"), ("stride_db", "i32"),
+                ("stride_dm", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
+        consts = dict(pointer, stride_ak=1, stride_bn=1, stride_dn=1, HAS_C=False,
+                      SCALE=False)
+    else:
+        fn = kernels.matmul_splitk_kernel
+        args = [("a_ptr", t), ("b_ptr", t), ("w_ptr", "*fp32"), ("M", "i32"), ("N", "i32"),
+                ("K", "i32"), ("K_SLICE", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"),
+                ("stride_bb", "i32"), ("stride_bk", "i32")]
+        consts = dict(pointer, stride_ak=1, stride_bn=1)
+    params = list(fn.arg_names)
+    aligned = {(params.index(name),): [["tt.divisibility", 16]] for name, kind_ in args
+               if kind_.startswith("*") or name.startswith(("stride", "K_SLICE"))}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": warps, "num_stages": stages})
 
@@ -350,6 +497,10 @@ def main() -> None:
         "wgmma": ptx.count("wgmma.mma_async"),
         "mma_sync": ptx.count("mma.sync"),
         "async_copies": ptx.count("cp.async.cg.shared.global"),
+        "tma_loads": ptx.count("cp.async.bulk.tensor"),
+        "counter_atomics": len(re.findall(r"atom\.global\.gpu\.acq_rel\.add|"
+                                          r"atom\.acq_rel\.gpu\.global\.add", ptx)),
+        "l2_loads": ptx.count("ld.global.cg"),
         "shared": compiled.metadata.shared,
     }))
 

@@ -123,7 +123,7 @@ def test_table_from_this_environment_is_used(tmp_path):
 def test_suites_are_named_and_llm_covers_the_projections():
     assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation",
                            "decode", "few_tile", "misaligned", "misaligned_small",
-                           "calibration_misaligned"}
+                           "calibration_decode", "calibration_misaligned"}
     decode = suite("decode")
     assert {s.m for s in decode} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
     assert len({(s.n, s.k) for s in decode}) >= 8 and Shape(1, 1, 128256, 4096) in decode
@@ -135,6 +135,9 @@ def test_suites_are_named_and_llm_covers_the_projections():
                ("misaligned", "misaligned_small", "calibration_misaligned") for s in suite(name))
     assert not set(suite("calibration_misaligned")) & (
         set(suite("misaligned")) | set(suite("misaligned_small")) | set(suite("validation")))
+    assert not set(suite("calibration_decode")) & (
+        set(suite("decode")) | set(suite("few_tile")) | set(suite("validation")))
+    assert not any(synthetic(s.m, s.n, s.k).misaligned for s in suite("calibration_decode"))
     llm = suite("llm")
     assert {s.m for s in llm} == {1, 16, 128, 2048, 8192}
     assert Shape(1, 2048, 28672, 8192) in llm and Shape(1, 16, 1024, 4096) in llm
