@@ -101,6 +101,10 @@ TMA_SPLITK_WIDE = ((64, 128, 128, 4, 4), (128, 256, 64, 8, 3), (64, 128, 64, 4, 
 #: gets
 TMA_SPLITK_SMEM = 200 * 1024
 TMA_SPLITK_MIN_STEPS = 2
+#: the fewest bytes of A and B a product offered the TMA split-K kernels has: below, the
+#: call's host time outweighs what a split saves (these launches build descriptors in
+#: Python, where the pointer kernel is launched by the compiled front)
+TMA_SPLITK_MIN_BYTES = 2 << 20
 #: TMA split-K candidates that first-call autotuning times (the first ones offered)
 TMA_SPLITK_SHORTLIST = 3
 #: the split-K reduction: elements of D per program, and its warps
@@ -241,14 +245,15 @@ def tma_split(tiles: int, steps: int, sms: int = SPLITK_SMS) -> int:
 
 def tma_splitk_configs(problem: Problem) -> list[Config]:
     """The TMA split-K configs offered for a problem the TMA kernels take
-    (:func:`tma_eligible`) that is skinny (at most SPLITK_NARROW rows) or has fewer 128x256
-    output tiles than two waves: the candidate tiles of TMA_SPLITK_NARROW (rows rounded up
+    (:func:`tma_eligible`) of at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at
+    most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the candidate tiles of TMA_SPLITK_NARROW (rows rounded up
     to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE, each with :func:`tma_split`'s
     split (one slice included: a non-persistent grid of small tiles), the expected best
     first."""
-    if not tma_eligible(problem) or problem.acc != "float32":
-        return []
     m, n, k = problem.m, problem.n, problem.k
+    if not tma_eligible(problem) or problem.acc != "float32" \
+            or (m * k + k * n) * 2 < TMA_SPLITK_MIN_BYTES:
+        return []
     if m > SPLITK_NARROW and _tile_count(problem, 128, 256) >= 2 * SPLITK_SMS:
         return []
     if m <= 64:
@@ -326,6 +331,19 @@ def _strides3(t: Any) -> tuple[int, int, int]:
     """A 2-D or 3-D operand's (batch, row, column) strides."""
     s = t.stride()
     return s if len(s) == 3 else (0, *s)
+
+
+def _descriptor(t: Any, block: list[int]) -> Any:
+    """A TMA descriptor of matrix ``t`` (its columns contiguous, or one column) read in
+    ``block`` tiles. The stride of a dimension of one row or one column is never used: it
+    is given as one the TMA unit takes (a row of whole 16-byte units; 1 along a row), so a
+    single row or column taken from anything is described."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    rows, cols = t.shape
+    per_unit = 16 // t.element_size()
+    row_stride = t.stride(0) if rows > 1 else -(-cols // per_unit) * per_unit
+    return TensorDescriptor(t, [rows, cols], [row_stride, 1], block)
 
 
 def _tma_ready(t: Any) -> bool:
@@ -478,17 +496,14 @@ class TritonBackend(Backend):
         arguments, each call, cost more host time than the kernel's launch): the descriptors
         are built per call, everything Triton specializes on is in the key."""
         import triton.language as tl
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
         b_kmajor = problem.b.layout == "col"
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
-                  else TensorDescriptor.from_tensor(b, [bk, bn]))
+        a_desc = _descriptor(a, [bm, bk])
+        b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
         has_c, scale = ops.c is not None, ops.alpha != 1
         d_tma = d_by_tma(_tma_ready(d), has_c)
-        d_desc = TensorDescriptor.from_tensor(d, [bm, bn]) if d_tma else None
+        d_desc = _descriptor(d, [bm, bn]) if d_tma else None
         c = _matrix(ops.c) if has_c else d
         programs = min(self._sm_count(a), triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
         ints = (problem.m, problem.n, problem.k, c.stride(0), c.stride(1), d.stride(0),
@@ -633,15 +648,13 @@ class TritonBackend(Backend):
         the stream's tile counters where K is split (with one slice neither is touched: the
         counters stand in for both)."""
         import torch
-        from triton.tools.tensor_descriptor import TensorDescriptor
 
         plan = self._splitk_statics(problem, config)
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
         b_kmajor = problem.b.layout == "col"
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = (TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_kmajor
-                  else TensorDescriptor.from_tensor(b, [bk, bn]))
+        a_desc = _descriptor(a, [bm, bk])
+        b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
         has_c, scale = ops.c is not None, ops.alpha != 1
         c = _matrix(ops.c) if has_c else d
         counters = self._counters.get(d.device, ops.stream, plan.workspace[0])

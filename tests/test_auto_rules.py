@@ -78,7 +78,8 @@ def _entry(backend, m, n, k, problem=P, config="wide"):
 
 
 def test_untuned_auto_is_cublas_where_nothing_was_measured():
-    d = dispatch.decide(P, registry=_Registry())
+    far = synthetic(8192, 8192, 8192)  # 4x past every committed calibration entry in M
+    d = dispatch.decide(far, registry=_Registry())
     assert (d.backend, d.rule) == ("cublas", "baseline")
     assert "no calibration measurement" in d.detail
 

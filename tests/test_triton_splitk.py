@@ -285,6 +285,31 @@ def test_tma_splitk_not_offered_where_the_tma_kernels_do_not_run(monkeypatch, pr
     assert not _tma_splitk(monkeypatch, problem)[1]
 
 
+def test_tma_splitk_not_offered_for_small_products(monkeypatch):
+    """Below TMA_SPLITK_MIN_BYTES of A and B the call's host time outweighs a split."""
+    from multibackend.backends.triton import TMA_SPLITK_MIN_BYTES
+
+    for m, n, k in [(96, 80, 256), (1000, 333, 776), (1, 512, 1024)]:
+        assert (m * k + k * n) * 2 < TMA_SPLITK_MIN_BYTES
+        assert not _tma_splitk(monkeypatch, synthetic(m, n, k))[1], (m, n, k)
+    assert _tma_splitk(monkeypatch, synthetic(1, 1024, 1024))[1]
+
+
+@pytest.mark.parametrize("shape, strides, want", [
+    ((1, 40), (1, 1), [40, 1]), ((1, 37), (999, 1), [40, 1]), ((5, 1), (8, 3), [8, 1]),
+    ((64, 128), (136, 1), [136, 1])])
+def test_tma_descriptor_of_one_row_or_column_gets_strides_the_unit_takes(shape, strides,
+                                                                         want):
+    """A single row's row stride and a single column's column stride are never used: the
+    descriptor states ones the TMA unit accepts; any other stride is kept."""
+    from multibackend.backends.triton import _descriptor
+
+    base = torch.zeros(64 * 136, dtype=torch.float16)
+    desc = _descriptor(base.as_strided(shape, strides), [16, 32])
+    assert list(desc.shape) == list(shape) and list(desc.strides) == want
+    assert list(desc.block_shape) == [16, 32]
+
+
 def test_tma_split_choice():
     from multibackend.backends.triton import tma_split
 
