@@ -10,7 +10,11 @@ Configs: "autotune" (the default on a GPU) times the Hopper-sized candidates bel
 first call for each shape and keeps the fastest; each candidate is also a config of its own so
 the tuner can choose one directly. Skinny and few-tile products of 16-bit or float32 operands
 are also offered split-K configs (``splitk_...``, see :func:`split_k`): K cut into slices
-that separate programs multiply, and a second kernel that adds them up. Under
+that separate programs multiply, added up by a second kernel or, with at most
+FUSED_MAX_SPLITS slices (``splitk_fused_...``), by the last program of each tile to finish
+(in slice order: deterministic). Aligned 16-bit ones on sm_90 are offered, first, the TMA
+split-K configs (``tma_splitk_...``, see :func:`tma_splitk_configs`): small tiles fetched
+by the TMA unit, about one wave of programs, fused the same way. Under
 ``TRITON_INTERPRET=1`` (no GPU) one small config (and one small split-K config) runs and bf16
 operands are upcast before ``tl.dot``, which the interpreter computes wrongly otherwise; the
 interpreter also ignores tf32 rounding (its results are more accurate than the GPU's), which

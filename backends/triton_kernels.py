@@ -15,7 +15,10 @@ masked, once.
 Split-K GEMM, for products with too few output tiles to fill the GPU (see
 :func:`matmul_splitk_kernel`): each program reduces one contiguous slice of K for one tile
 into a float32 workspace, and a second kernel sums the slices in a fixed order (no atomics:
-a fixed config gives bit-identical results run to run) and applies the epilogue.
+a fixed config gives bit-identical results run to run) and applies the epilogue. The fused
+kernels (:func:`matmul_splitk_fused_kernel`, and :func:`matmul_tma_splitk_kernel` fed by the
+TMA unit) need no second launch: the last program of a tile to finish, counted on an int32
+counter, adds the slices, still in slice order, so the result is as deterministic.
 """
 from __future__ import annotations
 
