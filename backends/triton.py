@@ -350,6 +350,15 @@ def _descriptor(t: Any, block: list[int]) -> Any:
     return TensorDescriptor(t, [rows, cols], [row_stride, 1], block)
 
 
+def _operand_descriptors(problem: Problem, a: Any, b: Any, bm: int, bn: int,
+                         bk: int) -> tuple[bool, Any, Any]:
+    """(whether B is read K-major, A's descriptor in BLOCK_M x BLOCK_K tiles, B's in
+    BLOCK_K x BLOCK_N tiles, or BLOCK_N x BLOCK_K of its transpose when column-major)."""
+    b_kmajor = problem.b.layout == "col"
+    b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
+    return b_kmajor, _descriptor(a, [bm, bk]), b_desc
+
+
 def _tma_ready(t: Any) -> bool:
     """The matrix as it is at launch meets the TMA unit's 16-byte rules."""
     return not (t.data_ptr() % 16 or any((s * t.element_size()) % 16
@@ -500,11 +509,10 @@ class TritonBackend(Backend):
         arguments, each call, cost more host time than the kernel's launch): the descriptors
         are built per call, everything Triton specializes on is in the key."""
         import triton.language as tl
+
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
-        b_kmajor = problem.b.layout == "col"
-        a_desc = _descriptor(a, [bm, bk])
-        b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
+        b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
         has_c, scale = ops.c is not None, ops.alpha != 1
         d_tma = d_by_tma(_tma_ready(d), has_c)
         d_desc = _descriptor(d, [bm, bn]) if d_tma else None
@@ -656,9 +664,7 @@ class TritonBackend(Backend):
         plan = self._splitk_statics(problem, config)
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
-        b_kmajor = problem.b.layout == "col"
-        a_desc = _descriptor(a, [bm, bk])
-        b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
+        b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
         has_c, scale = ops.c is not None, ops.alpha != 1
         c = _matrix(ops.c) if has_c else d
         counters = self._counters.get(d.device, ops.stream, plan.workspace[0])

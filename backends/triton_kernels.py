@@ -132,6 +132,32 @@ def matmul_kernel(
 
 
 @triton.jit
+def _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
+               stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+               EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+    """(partial tile, its rows, its columns) of a split-K program: output tile ``pid``
+    multiplied over K in [part * K_SLICE, (part + 1) * K_SLICE) (K_SLICE a multiple of
+    BLOCK_K; the last slice ends at K, ragged where K is), with the pointer kernel's loads,
+    wrapping and masking."""
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
+                                    stride_ab, stride_am, stride_ak,
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+    k_start = part * K_SLICE
+    a_ptrs += k_start.to(tl.int64) * stride_ak
+    b_ptrs += k_start.to(tl.int64) * stride_bk
+    k_left = K - k_start
+    acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
+                    stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
+                    EVEN_K, UPCAST)
+    return acc, offs_m, offs_n
+
+
+@triton.jit
 def matmul_splitk_kernel(
     a_ptr, b_ptr, w_ptr, M, N, K, K_SLICE,
     stride_ab, stride_am, stride_ak,
@@ -149,19 +175,11 @@ def matmul_splitk_kernel(
     pid = tl.program_id(0)
     part = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
-                                    stride_ab, stride_am, stride_ak,
-                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
-    k_start = part * K_SLICE
-    a_ptrs += k_start.to(tl.int64) * stride_ak
-    b_ptrs += k_start.to(tl.int64) * stride_bk
-    k_left = K - k_start
-    acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
-                    stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
-                    EVEN_K, UPCAST)
+    acc, offs_m, offs_n = _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
+                                     stride_ab, stride_am, stride_ak,
+                                     stride_bb, stride_bk, stride_bn,
+                                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
+                                     INPUT_PRECISION, EVEN_K, UPCAST)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     plane = (batch * tl.num_programs(1) + part) * M
     w_ptrs = w_ptr + (plane + offs_m[:, None]) * N + offs_n[None, :]
@@ -216,19 +234,11 @@ def matmul_splitk_fused_kernel(
     pid = tl.program_id(0)
     part = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
-                                    stride_ab, stride_am, stride_ak,
-                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
-    k_start = part * K_SLICE
-    a_ptrs += k_start.to(tl.int64) * stride_ak
-    b_ptrs += k_start.to(tl.int64) * stride_bk
-    k_left = K - k_start
-    acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
-                    stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
-                    EVEN_K, UPCAST)
+    acc, offs_m, offs_n = _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
+                                     stride_ab, stride_am, stride_ak,
+                                     stride_bb, stride_bk, stride_bn,
+                                     BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
+                                     INPUT_PRECISION, EVEN_K, UPCAST)
     _last_slice_stores(acc, w_ptr, count_ptr, batch * tl.num_programs(0) + pid, part,
                        tl.num_programs(1), c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
                        stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn,
