@@ -1,16 +1,18 @@
 """Zeroed int32 counters for kernels whose programs count their arrival on an output tile
-(the fused split-K kernel: the last program of a tile to arrive reduces it).
+(the fused split-K kernel: the last program of a tile to arrive reduces it), and zeroed
+float32 sums for kernels whose programs add their partial tiles into one by atomics.
 
-Such a kernel needs its counters at zero when it starts and sets each one back to zero before
-it ends, so one buffer serves every later launch on the same stream (launches on one stream
-run one after another). Launches on different streams may run at once, so each stream gets
-its own counters. A buffer is never allocated per call, and none is allocated while a stream
-is being captured into a CUDA graph where that can be helped: the first use on a device (not
-under capture) allocates and zeroes a pool of CHUNKS chunks of CHUNK counters, synchronized
-once, and each stream met later takes the next chunk of it, already zero, with no allocation
-or memset, so a graph captured on a new stream holds no extra node. A stream that needs more
-counters than a chunk, or that comes when the pool is used up or before it exists, gets a
-buffer of its own, zeroed on that stream (under capture: a memset node of that graph).
+Such a kernel needs its counters (sums) at zero when it starts and sets each one back to
+zero before it ends, so one buffer serves every later launch on the same stream (launches on
+one stream run one after another). Launches on different streams may run at once, so each
+stream gets its own buffer. A buffer is never allocated per call, and none is allocated
+while a stream is being captured into a CUDA graph where that can be helped: the first use
+on a device (not under capture) allocates and zeroes a pool of CHUNKS chunks of CHUNK
+elements, synchronized once, and each stream met later takes the next chunk of it, already
+zero, with no allocation or memset, so a graph captured on a new stream holds no extra node.
+A stream that needs more than a chunk, or that comes when the pool is used up or before it
+exists, gets a buffer of its own, zeroed on that stream (under capture: a memset node of
+that graph); a buffer a stream outgrows is kept, not freed, as a graph may still use it.
 """
 from __future__ import annotations
 
@@ -22,15 +24,19 @@ CHUNKS = 32
 
 
 class TileCounters:
-    """Per (device, stream) counter buffers, carved from one zeroed pool per device."""
+    """Per (device, stream) zeroed buffers of ``dtype`` (a torch dtype's name), carved from
+    one zeroed pool per device."""
 
-    def __init__(self, chunk: int = CHUNK, chunks: int = CHUNKS) -> None:
-        self.chunk, self.chunks = chunk, chunks
+    def __init__(self, chunk: int = CHUNK, chunks: int = CHUNKS, dtype: str = "int32") -> None:
+        self.chunk, self.chunks, self.dtype = chunk, chunks, dtype
         self._pools: dict[int, tuple[Any, int]] = {}  # device -> (pool, chunks handed out)
         self._given: dict[tuple[int, int], Any] = {}
+        # buffers outgrown by their stream: kept, since a CUDA graph captured earlier may
+        # still address them
+        self._outgrown: list[Any] = []
 
     def get(self, device: Any, stream: int, count: int) -> Any:
-        """At least ``count`` int32 counters, zero between launches, for launches on
+        """At least ``count`` elements, zero between launches, for launches on
         ``stream`` (a CUDA stream handle) of torch device ``device``."""
         import torch
 
@@ -46,7 +52,10 @@ class TileCounters:
             if carved is not None:
                 self._given[key] = carved
                 return carved
-        own = torch.zeros(max(count, self.chunk), dtype=torch.int32, device=device)
+        own = torch.zeros(max(count, self.chunk), dtype=getattr(torch, self.dtype),
+                          device=device)
+        if found is not None:
+            self._outgrown.append(found)
         self._given[key] = own
         return own
 
@@ -58,7 +67,8 @@ class TileCounters:
         if pool is None:
             if capturing:
                 return None
-            buffer = torch.zeros(self.chunk * self.chunks, dtype=torch.int32, device=device)
+            buffer = torch.zeros(self.chunk * self.chunks, dtype=getattr(torch, self.dtype),
+                                 device=device)
             torch.cuda.synchronize(device)  # zero before any stream uses it
             pool = self._pools[index] = (buffer, 0)
         buffer, used = pool

@@ -14,7 +14,10 @@ that separate programs multiply, added up by a second kernel or, with at most
 FUSED_MAX_SPLITS slices (``splitk_fused_...``), by the last program of each tile to finish
 (in slice order: deterministic). Aligned 16-bit ones on sm_90 are offered, first, the TMA
 split-K configs (``tma_splitk_...``, see :func:`tma_splitk_configs`): small tiles fetched
-by the TMA unit, about one wave of programs, fused the same way. Under
+by the TMA unit, about one wave of programs, up to TMA_SPLITK_MAX_SPLITS slices added into a
+float32 sum per tile by atomics, so the low bits of their results vary run to run; with
+``torch.use_deterministic_algorithms(True)`` the same configs add the slices in slice order
+instead (bit-identical run to run, slower with many slices). Under
 ``TRITON_INTERPRET=1`` (no GPU) one small config (and one small split-K config) runs and bf16
 operands are upcast before ``tl.dot``, which the interpreter computes wrongly otherwise; the
 interpreter also ignores tf32 rounding (its results are more accurate than the GPU's), which
@@ -97,14 +100,20 @@ FUSED_MAX_SPLITS = 16
 #: BLOCK_K, warps, stages). Ranked by an H100 sweep of decode and few-tile
 #: products in graph mode (one-wave split of each): 16x64x256 led at N of 4096-6144,
 #: 16x64x128 at N = 1024, 16x256x64 and 16x128x128 at N of 10240-14336; 64x128x128 at
-#: 128-512 rows and cubes of 768-1024, 128x256x64 at 2048.
+#: 128-512 rows and cubes of 768-1024, 128x256x64 at 2048; with the atomic reduction,
+#: 64x64x128 in 32 slices led at 128x128x65536 and 64x128x128 in 8 at 256x512x32768.
 TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
-TMA_SPLITK_WIDE = ((64, 128, 128, 4, 4), (128, 256, 64, 8, 3), (64, 128, 64, 4, 4),
-                   (64, 256, 64, 4, 4))
-#: shared memory a TMA split-K tile's stages may take, and the fewest BLOCK_K steps a slice
-#: gets
+TMA_SPLITK_WIDE = ((64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (128, 256, 64, 8, 3),
+                   (64, 128, 64, 4, 4), (64, 256, 64, 4, 4))
+#: shared memory a TMA split-K tile's stages may take, the fewest BLOCK_K steps a slice gets
+#: and the most slices (each adds one tile into the float32 sum by atomics)
 TMA_SPLITK_SMEM = 200 * 1024
 TMA_SPLITK_MIN_STEPS = 2
+TMA_SPLITK_MAX_SPLITS = 64
+#: the float32 sums of the TMA split-K kernel's atomic reduction: elements per stream's share
+#: of a device's pool, and shares per pool (a stream needing more gets a buffer of its own)
+SUMS_CHUNK = 1 << 21
+SUMS_CHUNKS = 4
 #: the fewest bytes of A and B a product offered the TMA split-K kernels has: below, the
 #: call's host time outweighs what a split saves (these launches build descriptors in
 #: Python, where the pointer kernel is launched by the compiled front)
@@ -236,13 +245,13 @@ def splitk_configs(problem: Problem) -> list[Config]:
 def tma_split(tiles: int, steps: int, sms: int = SPLITK_SMS) -> int:
     """Into how many slices the TMA split-K kernel cuts K for ``tiles`` output tiles of
     ``steps`` BLOCK_K steps: at most one wave of programs (``sms``), each slice at least
-    TMA_SPLITK_MIN_STEPS steps, at most FUSED_MAX_SPLITS slices (the last program of a tile
-    adds them all alone), made exact (no empty slice). A program per SM is what measured
-    best on an H100 (decode products: 64 tiles of 16x64 at N = 4096 ran fastest in 2
-    slices, 16 at N = 1024 in 8, 96 at N = 6144 in 1; few-tile ones: 256x512x32768 in
-    16x8, 768^3 in 72 tiles of 64x128 unsplit); more slices cost more partial sums than
-    they gained."""
-    split = max(1, min(sms // max(tiles, 1), FUSED_MAX_SPLITS,
+    TMA_SPLITK_MIN_STEPS steps, at most TMA_SPLITK_MAX_SPLITS slices, made exact (no empty
+    slice). A program per SM is what measured best on an H100 (decode products: 64 tiles of
+    16x64 at N = 4096 ran fastest in 2 slices, 16 at N = 1024 in 8, 96 at N = 6144 in 1;
+    few-tile ones: 256x512x32768 in 16x8, 768^3 in 72 tiles of 64x128 unsplit,
+    128x128x65536 in 4x32 of 64x64); more slices cost more partial sums than they
+    gained."""
+    split = max(1, min(sms // max(tiles, 1), TMA_SPLITK_MAX_SPLITS,
                        steps // TMA_SPLITK_MIN_STEPS))
     return _exact_split(steps, split)
 
@@ -274,19 +283,24 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     return found
 
 
-def tma_eligible(problem: Problem) -> bool:
-    """Whether the persistent TMA kernel can take the problem: one 16-bit matrix product
-    with a 16-bit D, A row-major, B row- or column-major, and every base and row of A and B
-    16-byte aligned (D goes through the TMA unit where its rows are aligned too, checked at launch,
-    else through masked stores)."""
+def tma_operands(problem: Problem) -> bool:
+    """Whether the TMA unit can fetch the problem's A and B: one 16-bit matrix product on
+    sm_90 or later, A row-major, B row- or column-major, and every base and row of A and B
+    16-byte aligned."""
     if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
             "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
         return False
     if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
         return False
+    return problem.a.rows_aligned and problem.b.rows_aligned
+
+
+def tma_eligible(problem: Problem) -> bool:
+    """Whether the persistent TMA kernel can take the problem: :func:`tma_operands` and a
+    16-bit D (D goes through the TMA unit where its rows are aligned too, checked at
+    launch, else through masked stores)."""
     # a 32-bit D tile converted for the epilogue does not fit beside the 16-bit stages
-    return (problem.a.rows_aligned and problem.b.rows_aligned
-            and dtypes.get(problem.d_dtype).itemsize == 2)
+    return tma_operands(problem) and dtypes.get(problem.d_dtype).itemsize == 2
 
 
 class _SplitPlan(NamedTuple):
@@ -413,6 +427,7 @@ class TritonBackend(Backend):
         self._fused_kept: Launcher | None = None
         self._tma_splitk_kept: Launcher | None = None
         self._counters = TileCounters()
+        self._sums = TileCounters(SUMS_CHUNK, SUMS_CHUNKS, "float32")
         self._sms: dict[int, int] = {}
         self._statics: dict[tuple[Problem, str], tuple] = {}
 
@@ -656,9 +671,10 @@ class TritonBackend(Backend):
         return self._tma_splitk_kept
 
     def _launch_tma_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
-        """The TMA split-K kernel: descriptors built per call, a fresh float32 workspace and
-        the stream's tile counters where K is split (with one slice neither is touched: the
-        counters stand in for both)."""
+        """The TMA split-K kernel: descriptors built per call and, where K is split, the
+        stream's tile counters with its zeroed float32 sums (atomic reduction) or, where
+        torch is asked for deterministic algorithms, a fresh float32 workspace of every
+        slice's partial (with one slice neither is touched: the counters stand in)."""
         import torch
 
         plan = self._splitk_statics(problem, config)
@@ -667,17 +683,23 @@ class TritonBackend(Backend):
         b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
         has_c, scale = ops.c is not None, ops.alpha != 1
         c = _matrix(ops.c) if has_c else d
-        counters = self._counters.get(d.device, ops.stream, plan.workspace[0])
-        work = (torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
-                if plan.splits > 1 else counters)
+        tiles = plan.workspace[0]
+        counters = self._counters.get(d.device, ops.stream, tiles)
+        atomic = plan.splits > 1 and not torch.are_deterministic_algorithms_enabled()
+        if atomic:
+            work = self._sums.get(d.device, ops.stream, tiles * bm * bn)
+        elif plan.splits > 1:
+            work = torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
+        else:
+            work = counters
         ints = (problem.m, problem.n, problem.k, plan.k_slice, c.stride(0), c.stride(1),
                 d.stride(0), d.stride(1))
-        key = (problem, config.name, has_c, scale, ints,
+        key = (problem, config.name, has_c, scale, atomic, ints,
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
             return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=SPLITK_GROUP_M,
-                        B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
+                        B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, ATOMIC=atomic,
                         num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
         self._tma_splitk_launcher()(key, plan.grid[:2] + (1,), ops.stream,
@@ -732,9 +754,11 @@ class TritonBackend(Backend):
         elif config.get("kind") == "splitk" and config.get("FUSED"):
             self._launch_splitk_fused(problem, ops, config)
         elif config.get("kind") == "tma_splitk":
-            if _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
+            sm90 = problem.with_(cc=(9, 0)) if interpreting() else problem
+            if tma_operands(sm90) and _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
                 self._launch_tma_splitk(problem, ops, config)
-            else:  # arrays off the 16-byte grid: the same tiles and split through plain loads
+            else:  # operands the TMA unit cannot fetch (a batch, a column-major A, arrays
+                # off the 16-byte grid): the same tiles and split through plain loads
                 self._launch_splitk_fused(problem, ops, Config.of(
                     config.name, **dict(config.params, kind="splitk", FUSED=True)))
         elif config.get("kind") == "splitk":

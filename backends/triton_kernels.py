@@ -18,7 +18,11 @@ into a float32 workspace, and a second kernel sums the slices in a fixed order (
 a fixed config gives bit-identical results run to run) and applies the epilogue. The fused
 kernels (:func:`matmul_splitk_fused_kernel`, and :func:`matmul_tma_splitk_kernel` fed by the
 TMA unit) need no second launch: the last program of a tile to finish, counted on an int32
-counter, adds the slices, still in slice order, so the result is as deterministic.
+counter, adds the slices, still in slice order, so the result is as deterministic. The TMA
+kernel can instead add each slice into a float32 sum per tile by atomics (one tile of
+additions per slice, in no fixed order, where the slice-order sum reads every slice's partial
+in one program): faster with many slices, but the low bits vary run to run; it runs that way
+unless the caller asks for deterministic algorithms (see :mod:`multibackend.backends.triton`).
 """
 from __future__ import annotations
 
@@ -217,6 +221,35 @@ def _last_slice_stores(acc, w_ptr, count_ptr, tile, part, splits, c_ptr, d_ptr, 
 
 
 @triton.jit
+def _summed_slice_stores(acc, w_ptr, count_ptr, tile, splits, c_ptr, d_ptr, offs_m, offs_n,
+                         M, N, stride_cm, stride_cn, stride_dm, stride_dn, alpha, beta,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_C: tl.constexpr,
+                         SCALE: tl.constexpr):
+    """The end of a split-K program that sums slices by atomics: add this slice's float32
+    partial into the tile's float32 sum in the workspace ``w`` [tiles, BLOCK_M, BLOCK_N]
+    (zero at launch; the rows under M) at GPU scope, then count this program in on the
+    tile's counter (``count_ptr``, int32, zero at launch). The program that arrives last
+    reads the sum (through L2, after the counter's acquire), sets it and the counter back to
+    zero for the next launch and applies the epilogue. Float additions in the order the
+    slices arrive: the low bits of a float32 sum, and so at times the last bit of a 16-bit D,
+    vary from run to run. Every thread has added its part before the release, and has read
+    its part of the sum before any thread zeroes it (barriers: the two run in different
+    layouts)."""
+    rows = offs_m[:, None] < M
+    within = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    w_tile = w_ptr + tile * (BLOCK_M * BLOCK_N) + within
+    tl.atomic_add(w_tile, acc, mask=rows, sem="relaxed", scope="gpu")
+    tl.debug_barrier()
+    if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu") == splits - 1:
+        total = tl.load(w_tile, mask=rows, other=0.0, cache_modifier=".cg")
+        tl.debug_barrier()
+        tl.store(w_tile, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=rows)
+        tl.store(count_ptr + tile, 0)
+        _epilogue(total, c_ptr, d_ptr, 0, offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0,
+                  stride_dm, stride_dn, alpha, beta, tl.float32, HAS_C, SCALE)
+
+
+@triton.jit
 def matmul_splitk_fused_kernel(
     a_ptr, b_ptr, c_ptr, d_ptr, w_ptr, count_ptr, M, N, K, K_SLICE,
     stride_ab, stride_am, stride_ak,
@@ -251,15 +284,17 @@ def matmul_tma_splitk_kernel(
     stride_cm, stride_cn, stride_dm, stride_dn, alpha, beta,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr,
-    SCALE: tl.constexpr,
+    SCALE: tl.constexpr, ATOMIC: tl.constexpr,
 ):
     """Split-K over tensor-memory-accelerator descriptors, in one kernel. Grid: (output
     tiles, slices of K). Program (tile, s) multiplies A and B over K in [s * K_SLICE,
     (s + 1) * K_SLICE) (K_SLICE a multiple of BLOCK_K), the TMA unit fetching the tiles
     (zero-filled past M, N and K) as :func:`matmul_tma_persistent_kernel` does. With one
-    slice it stores D directly; with more, the last program of each tile to finish reduces
-    it (:func:`_last_slice_stores`). A matrix product of one batch entry, float32
-    accumulation."""
+    slice it stores D directly; with more, the slices are added by atomics into a float32
+    sum per tile (ATOMIC: :func:`_summed_slice_stores`, ``w`` [tiles, BLOCK_M, BLOCK_N],
+    zero at launch) or written whole and added in slice order by the last program of each
+    tile to finish (:func:`_last_slice_stores`, ``w`` [tiles, slices, BLOCK_M, BLOCK_N]). A
+    matrix product of one batch entry, float32 accumulation."""
     pid = tl.program_id(0)
     part = tl.program_id(1)
     splits = tl.num_programs(1)
@@ -280,6 +315,10 @@ def matmul_tma_splitk_kernel(
     if splits == 1:
         _epilogue(acc, c_ptr, d_ptr, 0, offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0,
                   stride_dm, stride_dn, alpha, beta, tl.float32, HAS_C, SCALE)
+    elif ATOMIC:
+        _summed_slice_stores(acc, w_ptr, count_ptr, pid, splits, c_ptr, d_ptr, offs_m, offs_n,
+                             M, N, stride_cm, stride_cn, stride_dm, stride_dn, alpha, beta,
+                             BLOCK_M, BLOCK_N, HAS_C, SCALE)
     else:
         _last_slice_stores(acc, w_ptr, count_ptr, pid, part, splits, c_ptr, d_ptr, 0,
                            offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0, stride_dm,

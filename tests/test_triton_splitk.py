@@ -6,7 +6,7 @@ counters left at zero, where the configs (the TMA split-K ones too) are offered 
 split they choose, the bound launch, and every kernel compiled ahead of time for sm_90 with
 its tensor-core instructions, loads and counter atomic found in the PTX.
 
-Run as a script (``python tests/test_triton_splitk.py {few|skinny|fused|tma_few|tma_skinny}
+Run as a script (``python tests/test_triton_splitk.py {few|skinny|fused|tma_*}
 {float16|bfloat16}``), it compiles a split-K kernel for sm_90 with no GPU and prints what its
 PTX holds as JSON: the tests run it in a child process, without the interpreter switch.
 """
@@ -187,6 +187,78 @@ def test_splitk_refuses_a_product_it_cannot_accumulate():
         mb.matmul(a, b, backend="triton", config=config)
 
 
+#: the TMA split-K kernel in the interpreter: 16x32x32 tiles, K in at most 4 slices
+TMA_TILE = (16, 32, 32, 4, 4, 1)
+#: products whose rows lie on the 16-byte grid, ragged against the tile (M, N, K)
+TMA_SHAPES = [(1, 40, 256), (17, 72, 200), (33, 8, 136), (5, 96, 72)]
+
+
+@pytest.fixture(params=[False, True], ids=["atomic", "slice_order"])
+def deterministic(request):
+    """torch's deterministic-algorithms switch, set for the test: off, the TMA split-K
+    kernel sums slices by atomics; on, it adds them in slice order."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(request.param)
+    yield request.param
+    torch.use_deterministic_algorithms(before)
+
+
+def _left_at_zero() -> bool:
+    """The Triton backend's tile counters and float32 sums are all zero."""
+    from multibackend.registry import REGISTRY
+
+    backend = REGISTRY.get("triton")
+    held = [*backend._counters._given.values(), *backend._sums._given.values()]
+    return all(not t.any() for t in held)
+
+
+def _tma_splitk_call(a, b, c=None, **kw):
+    from multibackend.backends.triton import _tma_splitk_config
+
+    return _splitk(a, b, c, config=_tma_splitk_config(*TMA_TILE), **kw)
+
+
+@interpreter_only
+@pytest.mark.parametrize("shape", TMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tma_splitk_exact_on_ragged_shapes(shape, deterministic):
+    """The TMA split-K kernel (descriptors zero-filling past M, N and K), B row- and
+    column-major: exact either way the slices are added, counters and sums left at zero."""
+    m, n, k = shape
+    gen = torch.Generator().manual_seed(m * 7919 + n * 31 + k)
+    for layout in ("row", "col"):
+        a, b = _ints((m, k), gen), _ints((k, n), gen, layout=layout)
+        _assert_exact(_tma_splitk_call(a, b), _reference(a, b))
+    assert _left_at_zero()
+
+
+@interpreter_only
+def test_tma_splitk_alpha_beta_c_and_float32_d(deterministic):
+    """The epilogue of the program that finishes a tile. (bf16 runs on the GPU only: the
+    interpreter's bf16 dot is wrong and this kernel does not upcast.)"""
+    gen = torch.Generator().manual_seed(27)
+    a, b, c = _ints((17, 200), gen), _ints((200, 72), gen, layout="col"), _ints((17, 72), gen)
+    _assert_exact(_tma_splitk_call(a, b, c, alpha=-1.5, beta=0.25),
+                  _reference(a, b, c, -1.5, 0.25))
+    _assert_exact(_tma_splitk_call(a, b, alpha=2.0, out_dtype=torch.float32),
+                  _reference(a, b, alpha=2.0))
+    assert _left_at_zero()
+
+
+@interpreter_only
+@pytest.mark.parametrize("operands", [((2, 17, 136), (136, 40)), ((136, 24), (136, 40)),
+                                      ((17, 136), (136, 36))],
+                         ids=["batched", "a_column_major", "b_rows_off_the_grid"])
+def test_tma_splitk_on_operands_the_tma_unit_cannot_fetch_runs_the_pointer_kernel(operands):
+    """A TMA split-K Config handed in for a batched product, a column-major A or rows off
+    the 16-byte grid: the config's tiles and split through plain loads, exact."""
+    gen = torch.Generator().manual_seed(28)
+    a, b = _ints(operands[0], gen), _ints(operands[1], gen)
+    if operands[0] == (136, 24):
+        a = a.T
+    _assert_exact(_tma_splitk_call(a, b), _reference(a, b))
+    assert _left_at_zero()
+
+
 def _gpu_configs(monkeypatch, problem):
     from multibackend.registry import REGISTRY
 
@@ -253,7 +325,7 @@ def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, 
     and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
     import triton
 
-    from multibackend.backends.triton import (FUSED_MAX_SPLITS, TMA_SPLITK_MIN_STEPS,
+    from multibackend.backends.triton import (TMA_SPLITK_MAX_SPLITS, TMA_SPLITK_MIN_STEPS,
                                               TMA_SPLITK_SHORTLIST)
 
     m, n, k = shape
@@ -267,7 +339,7 @@ def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, 
             assert bm == max(16, triton.next_power_of_2(m)), config.name
         split, steps = config.get("SPLIT_K"), triton.cdiv(k, bk)
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
-        assert 1 <= split <= FUSED_MAX_SPLITS and (split == 1 or tiles * split <= 132)
+        assert 1 <= split <= TMA_SPLITK_MAX_SPLITS and (split == 1 or tiles * split <= 132)
         per = triton.cdiv(steps, split)
         assert triton.cdiv(steps, per) == split
         assert split == 1 or per >= TMA_SPLITK_MIN_STEPS, config.name
@@ -316,7 +388,8 @@ def test_tma_split_choice():
     assert tma_split(64, 16) == 2  # 1x4096x4096 in 16x64x256 tiles: one wave
     assert tma_split(16, 32) == 8  # N = 1024 in 16x64 tiles
     assert tma_split(96, 32) == 1  # N = 6144: a split would pass one wave
-    assert tma_split(2, 512) == 16  # deep K: at most FUSED_MAX_SPLITS slices
+    assert tma_split(2, 512) == 64  # deep K: at most TMA_SPLITK_MAX_SPLITS slices
+    assert tma_split(4, 512) == 32  # 128x128x65536 in 64x64x128 tiles: one wave
     assert tma_split(4, 6) == 3  # K allows slices of 2 steps
     assert tma_split(4, 7) == 3  # made exact: 3, 3 and 1 steps
     assert tma_split(8, 64, sms=64) == 8  # the count of multiprocessors given
@@ -439,35 +512,43 @@ def test_fused_splitk_kernel_counts_tiles_with_one_acquire_release_atomic(dtype)
     info = _aot("fused", dtype)
     assert info["target"] and info["wgmma"] > 0 and info["async_copies"] > 0, info
     assert info["counter_atomics"] == 1 and info["l2_loads"] > 0, info
+    assert info["float_atomics"] == 0, info
     assert info["shared"] <= 232448, info
 
 
-@pytest.mark.parametrize("kind", ["tma_few", "tma_skinny"])
+@pytest.mark.parametrize("kind", ["tma_few", "tma_skinny", "tma_ordered"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
     """The TMA split-K kernel: tiles fetched by bulk tensor copies (no cp.async of
-    threads), wgmma for a 64-row tile and mma.sync for a 16-row one, the same counter
-    atomic and L2 reads as the fused kernel, within the shared memory of an H100."""
+    threads), wgmma for a 64-row tile and mma.sync for a 16-row one, one acquire-release
+    counter atomic and L2 reads as in the fused kernel, float32 atomic adds at GPU scope
+    where it sums slices by atomics and none where it adds them in slice order, within the
+    shared memory of an H100."""
     info = _aot(kind, dtype)
     assert info["target"] and info["tma_loads"] > 0 and info["async_copies"] == 0, info
-    if kind == "tma_few":
-        assert info["wgmma"] > 0 and info["mma_sync"] == 0, info
-    else:
+    if kind == "tma_skinny":
         assert info["mma_sync"] > 0, info
+    else:
+        assert info["wgmma"] > 0 and info["mma_sync"] == 0, info
     assert info["counter_atomics"] == 1 and info["l2_loads"] > 0, info
+    if kind == "tma_ordered":
+        assert info["float_atomics"] == 0, info
+    else:
+        assert info["float_atomics"] > 0, info
     assert info["shared"] <= 232448, info
 
 
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the tiles compiled ahead of time
 AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
              "fused": (128, 128, 64, 8, 4), "tma_few": (64, 128, 128, 4, 4),
-             "tma_skinny": (16, 64, 256, 4, 4)}
+             "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4)}
 
 
 def _compile_splitk(kind: str, dtype: str):
     """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
     operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
-    kernel (``fused``) or the TMA kernel (``tma_*``)."""
+    kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, or in slice
+    order for ``tma_ordered``)."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -488,7 +569,7 @@ def _compile_splitk(kind: str, dtype: str):
                 ("K", "i32"), ("K_SLICE", "i32"), ("stride_cm", "i32"), ("stride_dm", "i32"),
                 ("alpha", "fp32"), ("beta", "fp32")]
         consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=False, HAS_C=False,
-                      SCALE=False)
+                      SCALE=False, ATOMIC=kind != "tma_ordered")
     elif kind == "fused":
         fn = kernels.matmul_splitk_fused_kernel
         args = [("a_ptr", t), ("b_ptr", t), ("c_ptr", t), ("d_ptr", t), ("w_ptr", "*fp32"),
@@ -525,6 +606,8 @@ def main() -> None:
         "tma_loads": ptx.count("cp.async.bulk.tensor"),
         "counter_atomics": len(re.findall(r"atom\.global\.gpu\.acq_rel\.add|"
                                           r"atom\.acq_rel\.gpu\.global\.add", ptx)),
+        "float_atomics": len(re.findall(r"(?:atom|red)\.(?:global\.gpu\.relaxed|relaxed\.gpu"
+                                        r"\.global)\.add(?:\.v[248])?\.f32", ptx)),
         "l2_loads": ptx.count("ld.global.cg"),
         "shared": compiled.metadata.shared,
     }))

@@ -2,9 +2,11 @@
 split-K config offered for a decode-sized, a few-tile and a deep-K product, exact on
 small-integer operands against float64 with and without alpha, beta and C and with B in
 both layouts, run again on fresh operands; on random operands (float32 sums whose order
-matters) the same bits from a CUDA graph's replays as from the first call; and the fused
-kernels' tile counters: one buffer per stream, none allocated while capturing, left at zero,
-and two streams running the same product at once both exact."""
+matters), with torch's deterministic algorithms on, the same bits from a CUDA graph's
+replays as from the first call, and with them off (the TMA kernel adding slices by atomics)
+results within a bound of the slice-order ones, graph replays included; and the fused
+kernels' tile counters and float32 sums: one buffer per stream, none allocated while
+capturing, left at zero, and two streams running the same product at once both exact."""
 from __future__ import annotations
 
 import pytest
@@ -50,25 +52,75 @@ def test_every_splitk_config_exact_with_and_without_c(shape):
             assert torch.equal(d.double(), want.half().double()), (shape, config.name, rep)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_splitk_replayed_from_a_graph_gives_the_first_calls_bits(shape):
-    m, n, k = shape
-    gen = torch.Generator(device="cuda").manual_seed(3)
-    a = (torch.rand((m, k), generator=gen, device="cuda") * 2 - 1).half()
-    b = (torch.rand((k, n), generator=gen, device="cuda") * 2 - 1).half()
-    config = _splitk_configs(a, b)[0]
-    expected = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
-    out = torch.empty((m, n), device="cuda", dtype=torch.float32)
+@pytest.fixture
+def deterministic():
+    """torch's deterministic algorithms on for the test (the TMA split-K kernel adds slices
+    in slice order)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+def _random(shape, gen):
+    return (torch.rand(shape, generator=gen, device="cuda") * 2 - 1).half()
+
+
+def _graph_replays(a, b, config, runs: int = 10):
+    """The float32 D of ``runs`` replays of a CUDA graph of the product, D poisoned before
+    each."""
+    out = torch.empty((a.shape[0], b.shape[1]), device="cuda", dtype=torch.float32)
     for _ in range(3):
         mb.matmul(a, b, backend="triton", config=config, out=out, out_dtype=torch.float32)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         mb.matmul(a, b, backend="triton", config=config, out=out, out_dtype=torch.float32)
-    for _ in range(10):
+    found = []
+    for _ in range(runs):
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, expected), config.name
+        found.append(out.clone())
+    return found
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_splitk_replayed_from_a_graph_gives_the_first_calls_bits(shape, deterministic):
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    a, b = _random((m, k), gen), _random((k, n), gen)
+    for config in _splitk_configs(a, b)[:3]:
+        expected = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
+        for out in _graph_replays(a, b, config):
+            assert torch.equal(out, expected), config.name
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tma_splitk_atomic_sums_vary_only_within_float32_rounding(shape):
+    """Slices added by atomics in the order they arrive: each result, graph replays too,
+    within float32's rounding of the slice-order sum: |D - D_ordered| at most
+    4 * slices * 2^-24 * (|A| @ |B|), with the float32 sums left at zero."""
+    from multibackend.registry import REGISTRY
+
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    a, b = _random((m, k), gen), _random((k, n), gen)
+    split = [c for c in _splitk_configs(a, b)
+             if c.get("kind") == "tma_splitk" and c.get("SPLIT_K") > 1]
+    assert split, shape
+    magnitude = a.double().abs() @ b.double().abs()
+    for config in split:
+        torch.use_deterministic_algorithms(True)
+        try:
+            ordered = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
+        finally:
+            torch.use_deterministic_algorithms(False)
+        bound = 4 * config.get("SPLIT_K") * 2.0 ** -24 * magnitude
+        runs = [mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
+                for _ in range(5)] + _graph_replays(a, b, config, runs=5)
+        for out in runs:
+            assert ((out.double() - ordered.double()).abs() <= bound).all(), config.name
+    assert all(not t.any() for t in REGISTRY.get("triton")._sums._given.values())
 
 
 def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once():
@@ -81,7 +133,7 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
              if c.get("FUSED") or (c.get("kind") == "tma_splitk" and c.get("SPLIT_K") > 1)]
     assert fused
     want = (a.double() @ b.double()).half()
-    counters = REGISTRY.get("triton")._counters
+    counters, sums = REGISTRY.get("triton")._counters, REGISTRY.get("triton")._sums
     streams = [torch.cuda.Stream() for _ in range(2)]
     for config in fused:
         outs = [torch.empty((m, n), device="cuda", dtype=torch.float16) for _ in streams]
@@ -93,18 +145,22 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
         torch.cuda.synchronize()
         for out in outs:
             assert torch.equal(out, want), config.name
-    held = [counters._given[(torch.cuda.current_device(), s.cuda_stream)] for s in streams]
-    assert held[0].data_ptr() != held[1].data_ptr()
-    assert all(not t.any() for t in counters._given.values())
-    before = dict(counters._given)
+    for buffers in (counters, sums):
+        held = [buffers._given[(torch.cuda.current_device(), s.cuda_stream)] for s in streams]
+        assert held[0].data_ptr() != held[1].data_ptr()
+        assert all(not t.any() for t in buffers._given.values())
+    before = {id(buffers): dict(buffers._given) for buffers in (counters, sums)}
+    assert fused[0].get("kind") == "tma_splitk"  # counters and sums
     graph, out = torch.cuda.CUDAGraph(), torch.empty((m, n), device="cuda", dtype=torch.float16)
     with torch.cuda.graph(graph):
         mb.matmul(a, b, backend="triton", config=fused[0], out=out)
-    new = [key for key in counters._given if key not in before]
-    pool = counters._pools[torch.cuda.current_device()][0]
-    for key in new:  # the capture stream's counters: a chunk of the pool, no allocation
-        t = counters._given[key]
-        assert pool.data_ptr() <= t.data_ptr() < pool.data_ptr() + pool.numel() * 4
+    for buffers in (counters, sums):
+        new = [key for key in buffers._given if key not in before[id(buffers)]]
+        assert new
+        pool = buffers._pools[torch.cuda.current_device()][0]
+        for key in new:  # the capture stream's share: a chunk of the pool, no allocation
+            t = buffers._given[key]
+            assert pool.data_ptr() <= t.data_ptr() < pool.data_ptr() + pool.numel() * 4
     for _ in range(3):
         out.zero_()
         graph.replay()
