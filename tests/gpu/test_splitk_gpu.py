@@ -152,7 +152,7 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
     before = {id(buffers): dict(buffers._given) for buffers in (counters, sums)}
     assert fused[0].get("kind") == "tma_splitk"  # counters and sums
     graph, out = torch.cuda.CUDAGraph(), torch.empty((m, n), device="cuda", dtype=torch.float16)
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # a stream met first here
         mb.matmul(a, b, backend="triton", config=fused[0], out=out)
     for buffers in (counters, sums):
         new = [key for key in buffers._given if key not in before[id(buffers)]]
