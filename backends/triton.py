@@ -112,8 +112,8 @@ TMA_SPLITK_MIN_STEPS = 2
 TMA_SPLITK_MAX_SPLITS = 64
 #: the float32 sums of the TMA split-K kernel's atomic reduction: elements per stream's share
 #: of a device's pool, and shares per pool (a stream needing more gets a buffer of its own)
-SUMS_CHUNK = 1 << 21
-SUMS_CHUNKS = 4
+SUMS_CHUNK = 1 << 18
+SUMS_CHUNKS = 32
 #: the fewest bytes of A and B a product offered the TMA split-K kernels has: below, the
 #: call's host time outweighs what a split saves (these launches build descriptors in
 #: Python, where the pointer kernel is launched by the compiled front)
