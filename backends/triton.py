@@ -53,14 +53,25 @@ POINTER_TILES = {
     8: ((64, 64, 16, 4, 3, 8), (64, 128, 16, 4, 3, 8), (32, 64, 16, 4, 3, 8)),
 }
 #: persistent TMA candidates for 16-bit operands: (BM, BN, BK, warps, stages, GROUP_M, ws).
-#: Three tile shapes first: which of them leaves the fullest last wave depends on the problem
-#: (3000x4097: 408 tiles of 128x256 are 3.09 waves on 132 SMs, 396 of 256x128 exactly 3, and
-#: the second ran 14% faster on an H100), so first-call autotuning times all three.
+#: First-call autotuning times the TMA_SHORTLIST of them whose last wave of programs is
+#: fullest (:meth:`TritonBackend._shortlist`), in this order on a tie: 3000x4097 gives 408
+#: tiles of 128x256 (3.09 waves on 132 SMs) and 396 of 256x128 (exactly 3), and the second
+#: ran 14% faster on an H100. The one-warpgroup 128x128 and 64-row tiles fill a wave where
+#: the large ones leave half of it idle: on an H100 (graph mode, one persistent program per
+#: SM), 128x128x64 in 4 warps ran 512x4096x14336 at 0.94x torch.matmul and 1024x2048x4096 at
+#: 0.89x (128 tiles), 64x128x128 ran 1536^3 at 0.77x (288 tiles), where the best large tile
+#: ran 0.55x, 0.57x and 0.69x.
 TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (256, 128, 64, 8, 3, 8, False),
-             (128, 128, 64, 8, 4, 8, True), (128, 256, 64, 8, 3, 8, True),
-             (128, 128, 64, 8, 4, 8, False), (128, 256, 64, 8, 3, 16, False))
-#: TMA candidates that first-call autotuning times (the first ones offered)
-TMA_SHORTLIST = 3
+             (128, 128, 64, 4, 4, 8, False), (64, 256, 64, 4, 4, 8, False),
+             (64, 128, 128, 4, 4, 8, False), (128, 128, 64, 8, 4, 8, True),
+             (128, 256, 64, 8, 3, 8, True), (128, 128, 64, 8, 4, 8, False),
+             (128, 256, 64, 8, 3, 16, False))
+#: TMA candidates that first-call autotuning times, the steps of wave use (a share of the
+#: multiprocessors' slots, :func:`_wave_use`) within which they tie, and the least wave use
+#: of one it times (below, the split-K kernels fill the GPU better)
+TMA_SHORTLIST = 4
+WAVE_USE_STEP = 0.05
+TMA_MIN_WAVE_USE = 0.5
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
 AUTOTUNE_ROUNDS = 3
 AUTOTUNE_TIE = 0.03
@@ -772,8 +783,9 @@ class TritonBackend(Backend):
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
         """The first TMA_SPLITK_SHORTLIST TMA split-K candidates (skinny and few-tile
-        products), the first TMA_SHORTLIST TMA candidates (staged ones for a misaligned
-        product) where there are more tiles than the ``sms`` multiprocessors, the first SPLITK_SHORTLIST
+        products), the TMA_SHORTLIST TMA candidates (staged ones for a misaligned product)
+        that leave the last wave on the ``sms`` multiprocessors fullest, if at least
+        TMA_MIN_WAVE_USE full, the first SPLITK_SHORTLIST
         split-K candidates on the caller's operands (skinny and few-tile products), the
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
@@ -786,8 +798,14 @@ class TritonBackend(Backend):
         def count(c: Config) -> int:
             return _tile_count(problem, c.get("BLOCK_M"), c.get("BLOCK_N"))
 
-        # a persistent kernel pays off only with more tiles than multiprocessors
-        tma = [c for c in tiles if c.get("kind") == "tma" and count(c) > sms][:TMA_SHORTLIST]
+        def use(c: Config) -> int:
+            return round(_wave_use(count(c), sms) / WAVE_USE_STEP)
+
+        # the TMA tiles whose last wave is fullest, in the order offered on a tie
+        tma = [c for c in tiles if c.get("kind") == "tma"
+               and use(c) >= TMA_MIN_WAVE_USE / WAVE_USE_STEP]
+        fullest = sorted(tma, key=lambda c: -use(c))[:TMA_SHORTLIST]
+        tma = [c for c in tma if c in fullest]
 
         filling = [c for c in pointer if count(c) >= sms]
         fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling

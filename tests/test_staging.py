@@ -109,7 +109,7 @@ def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
     assert fast_eligible(odd) is not None and fast_eligible(staged) is None
 
 
-def test_triton_autotune_shortlists_every_offered_staged_tile_and_three_tile_shapes(
+def test_triton_autotune_shortlists_every_offered_staged_tile_and_the_fullest_waves(
         monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     from multibackend.backends.triton import TMA_SHORTLIST, _tile_count, _wave_use
@@ -119,15 +119,29 @@ def test_triton_autotune_shortlists_every_offered_staged_tile_and_three_tile_sha
     offered = [c.name for c in backend.configs(odd) if staging.is_staged(c)]
     picked = backend._shortlist(odd, 132)
     assert offered == [c.name for c in picked[:staging.OFFERED]]
-    for problem, tma in ((odd, picked[:TMA_SHORTLIST]),
-                         (even, [c for c in backend._shortlist(even, 132)
-                                 if c.get("kind") == "tma"])):
-        shapes = {(c.get("BLOCK_M"), c.get("BLOCK_N")) for c in tma}
-        assert shapes == {(128, 256), (256, 128), (128, 128)}, [c.name for c in tma]
-        # 3000 (3008) rows by 4097 (4160) columns: 408 tiles of 128x256 leave the fourth wave
-        # of 132 programs at 9%; 396 of 256x128 are exactly three waves
-        uses = {shape: _wave_use(_tile_count(problem, *shape), 132) for shape in shapes}
-        assert uses[(256, 128)] == 1.0 and uses[(128, 256)] < 0.8
+    staged = {(c.get("BLOCK_M"), c.get("BLOCK_N")) for c in picked[:staging.OFFERED]}
+    assert staged == {(128, 256), (256, 128), (128, 128)}, picked
+    # 3008 rows by 4160 columns: 408 tiles of 128x256 leave the fourth wave of 132 programs
+    # at 9% (77% of the slots used); 396 of 256x128 are exactly three waves, 792 of 128x128
+    # six: the 128x256 tile is not timed, the others are
+    tma = [c for c in backend._shortlist(even, 132) if c.get("kind") == "tma"]
+    assert len(tma) == TMA_SHORTLIST
+    shapes = {(c.get("BLOCK_M"), c.get("BLOCK_N")) for c in tma}
+    assert {(256, 128), (128, 128)} <= shapes and (128, 256) not in shapes, tma
+    uses = {shape: _wave_use(_tile_count(even, *shape), 132) for shape in shapes | {(128, 256)}}
+    assert uses[(256, 128)] == 1.0 and uses[(128, 256)] < 0.8
+    assert min(uses[shape] for shape in shapes) > uses[(128, 256)]
+
+
+def test_triton_autotune_skips_persistent_tiles_that_fill_under_half_a_wave(monkeypatch):
+    """A decode product has 16-64 output tiles of 64-256 columns at N = 4096: the persistent
+    kernel would leave most multiprocessors idle, and first-call autotuning does not time it
+    (the split-K kernels fill the GPU)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    backend = REGISTRY.get("triton")
+    picked = backend._shortlist(synthetic(8, 4096, 4096), 132)
+    assert not any(c.get("kind") == "tma" for c in picked), picked
+    assert any(c.get("kind") == "tma_splitk" for c in picked), picked
 
 
 @interpreter_only
