@@ -59,8 +59,8 @@ POINTER_TILES = {
 #: ran 14% faster on an H100. The one-warpgroup 128x128 and 64-row tiles fill a wave where
 #: the large ones leave half of it idle: on an H100 (graph mode, one persistent program per
 #: SM), 128x128x64 in 4 warps ran 512x4096x14336 at 0.94x torch.matmul and 1024x2048x4096 at
-#: 0.89x (128 tiles), 64x128x128 ran 1536^3 at 0.77x (288 tiles), where the best large tile
-#: ran 0.55x, 0.57x and 0.69x.
+#: 0.89x (128 tiles), 64x128x128 ran 1536^3 at 0.77x (288 tiles), where 256x128 ran 0.55x,
+#: 0.57x and 0.69x.
 TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (256, 128, 64, 8, 3, 8, False),
              (128, 128, 64, 4, 4, 8, False), (64, 256, 64, 4, 4, 8, False),
              (64, 128, 128, 4, 4, 8, False), (128, 128, 64, 8, 4, 8, True),
