@@ -53,14 +53,15 @@ POINTER_TILES = {
     8: ((64, 64, 16, 4, 3, 8), (64, 128, 16, 4, 3, 8), (32, 64, 16, 4, 3, 8)),
 }
 #: persistent TMA candidates for 16-bit operands: (BM, BN, BK, warps, stages, GROUP_M, ws).
-#: First-call autotuning times the TMA_SHORTLIST of them whose last wave of programs is
-#: fullest (:meth:`TritonBackend._shortlist`), in this order on a tie: 3000x4097 gives 408
+#: First-call autotuning times the first and those whose last wave of programs is fullest
+#: (:meth:`TritonBackend._shortlist`), in this order on a tie: 3000x4097 gives 408
 #: tiles of 128x256 (3.09 waves on 132 SMs) and 396 of 256x128 (exactly 3), and the second
 #: ran 14% faster on an H100. The one-warpgroup 128x128 and 64-row tiles fill a wave where
 #: the large ones leave half of it idle: on an H100 (graph mode, one persistent program per
 #: SM), 128x128x64 in 4 warps ran 512x4096x14336 at 0.94x torch.matmul and 1024x2048x4096 at
 #: 0.89x (128 tiles), 64x128x128 ran 1536^3 at 0.77x (288 tiles), where 256x128 ran 0.55x,
-#: 0.57x and 0.69x.
+#: 0.57x and 0.69x. The first stays timed: at 3000^3 (288 tiles of 128x256, 73% of three
+#: waves) the fuller waves of the smaller tiles ran 6-8% slower.
 TMA_TILES = ((128, 256, 64, 8, 3, 8, False), (256, 128, 64, 8, 3, 8, False),
              (128, 128, 64, 4, 4, 8, False), (64, 256, 64, 4, 4, 8, False),
              (64, 128, 128, 4, 4, 8, False), (128, 128, 64, 8, 4, 8, True),
@@ -783,9 +784,9 @@ class TritonBackend(Backend):
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
         """The first TMA_SPLITK_SHORTLIST TMA split-K candidates (skinny and few-tile
-        products), the TMA_SHORTLIST TMA candidates (staged ones for a misaligned product)
-        that leave the last wave on the ``sms`` multiprocessors fullest, if at least
-        TMA_MIN_WAVE_USE full, the first SPLITK_SHORTLIST
+        products), TMA_SHORTLIST TMA candidates (staged ones for a misaligned product) that
+        fill at least TMA_MIN_WAVE_USE of the last wave on the ``sms`` multiprocessors: the
+        first offered and those that fill it fullest, the first SPLITK_SHORTLIST
         split-K candidates on the caller's operands (skinny and few-tile products), the
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
@@ -801,10 +802,12 @@ class TritonBackend(Backend):
         def use(c: Config) -> int:
             return round(_wave_use(count(c), sms) / WAVE_USE_STEP)
 
-        # the TMA tiles whose last wave is fullest, in the order offered on a tie
+        # the first TMA tile offered (the largest: the most work per byte loaded, which can
+        # outweigh an emptier last wave over several waves) and those whose last wave is
+        # fullest, in the order offered on a tie
         tma = [c for c in tiles if c.get("kind") == "tma"
                and use(c) >= TMA_MIN_WAVE_USE / WAVE_USE_STEP]
-        fullest = sorted(tma, key=lambda c: -use(c))[:TMA_SHORTLIST]
+        fullest = tma[:1] + sorted(tma[1:], key=lambda c: -use(c))[:TMA_SHORTLIST - 1]
         tma = [c for c in tma if c in fullest]
 
         filling = [c for c in pointer if count(c) >= sms]
