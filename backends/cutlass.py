@@ -17,6 +17,14 @@ into split-K (``..._splitk{S}``) and, where CUTLASS's heuristic would stay data-
 stream-K (``..._streamk_forced``). Their reduction is deterministic: see
 :mod:`multibackend.cutlass_emit`. The workspace they need is sized when a (problem, config) is
 prepared and allocated at its first launch on each stream, never per call.
+
+Choosing per shape: the default kernel (128x256 tiles for 16-bit types) is the best for large
+products and builds alone. For 16-bit products the "autotune" config, offered right after it,
+times a shortlist (:func:`autotune_shortlist`: the default, 256x128 and 128x128 persistent
+tiles, the 128x128 ping-pong kernel, two stream-K kernels forced into stream-K, and split-K)
+on its first call for a shape, and runs the fastest from then on. Its first call on a machine
+builds six kernels (in parallel nvcc processes, then cached), which is why it is not the
+default.
 """
 from __future__ import annotations
 
@@ -216,6 +224,57 @@ def stream_k_configs(problem: Problem,
     return offered
 
 
+#: the config that times :func:`autotune_shortlist` on its first call and runs the fastest
+AUTOTUNE = Config.of("autotune")
+#: persistent kernels the "autotune" config times beside the default, in the caller's terms:
+#: the 128x256 tile turned 256x128, and the 128x128 tile cooperative and ping-pong (two
+#: warpgroups on two tiles, one's epilogue under the other's mainloop). A 128x128 tile gives
+#: 4x more tiles than 128x256 on a product of few rows, which fill a wave of SMs where the
+#: large tile leaves most idle (f16, graph, H100: 512x4096x4096 at 0.97x torch.matmul
+#: against 0.67x for 128x256; 256x6144x4096 at 0.99x against 0.76x)
+AUTOTUNE_PERSISTENT = ("256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
+                       "128x128x64_1x1x1_pingpong_tma")
+#: stream-K kernels the "autotune" config times forced into stream-K (where the problem has
+#: more K tiles than stream-K's minimum), the last also in split-K at :func:`split_counts`:
+#: 1.2 waves of 128x256 tiles (512x10240x8192) ran at 0.92x forced into stream-K against 0.69x
+#: data-parallel; split in 2, 128x128 tiles ran 1024x1024x16384 at 0.98x against 0.69x
+AUTOTUNE_STREAM_K = ("128x256x64_2x1x1_cooperative_tma_streamk",
+                     "128x128x64_1x1x1_cooperative_tma_streamk")
+
+
+def autotune_shortlist(problem: Problem,
+                       found: list[cutlass_emit.Candidate] | None = None) -> list[Config]:
+    """What the "autotune" config times for a 16-bit ``problem`` (its candidates ``found``):
+    the default kernel first, then those of :data:`AUTOTUNE_PERSISTENT` and the stream-K and
+    split-K configs of :data:`AUTOTUNE_STREAM_K` that can run it. Empty for other types, and
+    where fewer than two are found (a misaligned problem's kernels are others)."""
+    found = cutlass_emit.candidates(problem) if found is None else found
+    if problem.in_dtype not in STREAM_K_TYPES:
+        return []
+    by_name = {c.name: c for c in found}
+    default = next((c for c in found if not _is_stream_k(c)), None)
+    if default is None:
+        return []
+    offered = [_config(default)] + [_config(by_name[n]) for n in AUTOTUNE_PERSISTENT
+                                    if n in by_name and n != default.name]
+    streamed = [by_name[n] for n in AUTOTUNE_STREAM_K if n in by_name]
+    streamed = [c for c in streamed if k_tiles(problem, c) > MIN_STREAM_K_ITERS]
+    offered += [_config(c, decomposition="stream_k") for c in streamed]
+    if streamed:
+        last = streamed[-1]
+        offered += [_config(last, decomposition="split_k", splits=s)
+                    for s in split_counts(output_tiles(problem, last), k_tiles(problem, last))]
+    return offered if len(offered) > 1 else []
+
+
+def kernel_jobs(problem: Problem, config: Config) -> list[tuple[Problem, Config]]:
+    """The (problem, config) pairs of compiled kernels that running ``config`` needs: the
+    shortlist for "autotune", else the pair itself."""
+    if config.name == AUTOTUNE.name:
+        return [(problem, c) for c in autotune_shortlist(problem)]
+    return [(problem, config)]
+
+
 #: input types whose misaligned products CUTLASS takes only through staged configs, where
 #: no kernel of the generator reads their rows as they lie
 STAGED_TYPES = ("float16", "bfloat16")
@@ -308,6 +367,7 @@ class CutlassBackend(Backend):
         self._prepared: dict[tuple[Problem, str], _Prepared] = {}
         self._last: tuple = (None, None, None)  # (problem, config, prepared) of the last run
         self._libraries: dict[cutlass_emit.Candidate, cutlass_build.Library] = {}
+        self._best: dict[Problem, Config] = {}  # the "autotune" config's pick per problem
 
     def available(self) -> Reason | None:
         try:
@@ -348,8 +408,9 @@ class CutlassBackend(Backend):
 
     def configs(self, problem: Problem) -> list[Config]:
         """Every kernel for ``problem`` (tile, cluster, schedule, epilogue) with the
-        persistent tile scheduler, the default first; right after the default, where they
-        fit, the stream-K configs (:func:`stream_k_configs`); then the best few 3.x TMA
+        persistent tile scheduler, the default first; right after the default, for a 16-bit
+        problem the "autotune" config (:func:`autotune_shortlist`), then, where they fit,
+        the stream-K configs (:func:`stream_k_configs`); then the best few 3.x TMA
         kernels again with other CTA swizzles and raster orders (the same binary: runtime
         arguments of the tile scheduler); for a misaligned problem, its staged kernels after
         them (first where only staging lets CUTLASS run it). A stream-K kernel not offered
@@ -358,13 +419,17 @@ class CutlassBackend(Backend):
         plain = [c for c in found if not _is_stream_k(c)]
         configs = [_config(c) for c in plain]
         tma = [c for c in plain if c.family == "3x_tma"][:SWIZZLED_KERNELS]
-        return (configs[:1] + stream_k_configs(problem, found) + configs[1:]
+        autotune = [AUTOTUNE] if autotune_shortlist(problem, found) else []
+        return (configs[:1] + autotune + stream_k_configs(problem, found) + configs[1:]
                 + [v for c in tma for v in scheduler_variants(c)]
                 + (staging.offered(self, problem) if _output_on_grid(problem) else []))
 
     def variants(self, problem: Problem, config: Config) -> list[Config]:
         """The runtime variants (swizzle, raster order) of the kernel ``config`` names, for
-        any 3.x kernel, not only those :meth:`configs` lists them for."""
+        any 3.x kernel, not only those :meth:`configs` lists them for (none for
+        "autotune")."""
+        if config.name == AUTOTUNE.name:
+            return []
         if staging.is_staged(config):
             return [staging.wrap(v) for v in scheduler_variants(
                 candidate_for(*staging.unwrap(problem, config)))]
@@ -375,6 +440,9 @@ class CutlassBackend(Backend):
                 "nvcc": toolchain.nvcc_version() or "none"}
 
     def prepare(self, problem: Problem, config: Config) -> None:
+        if config.name == AUTOTUNE.name:
+            prepare_many(kernel_jobs(problem, config))
+            return
         problem, config = staging.unwrap(problem, config)
         last = self._last
         if last[0] is not problem or last[1] is not config:
@@ -382,7 +450,9 @@ class CutlassBackend(Backend):
 
     def built(self, problem: Problem, config: Config) -> bool:
         """Whether the kernel's library is loaded or in the compile cache (nvcc takes tens
-        of seconds per kernel)."""
+        of seconds per kernel); for "autotune", whether every kernel it times is."""
+        if config.name == AUTOTUNE.name:
+            return all(self.built(*job) for job in kernel_jobs(problem, config))
         candidate = candidate_for(*staging.unwrap(problem, config))
         if candidate in self._libraries:
             return True
@@ -409,7 +479,27 @@ class CutlassBackend(Backend):
         self._prepared[key] = prepared
         return prepared
 
+    def _autotuned(self, problem: Problem, operands: Operands) -> Config:
+        """The fastest config of :func:`autotune_shortlist` for ``problem``, timed on
+        ``operands`` at its first call in this process (its kernels built first, in parallel,
+        where the cache lacks them) and remembered."""
+        best = self._best.get(problem)
+        if best is None:
+            from multibackend.timing import fastest
+
+            shortlist = autotune_shortlist(problem)
+            prepare_many([(problem, c) for c in shortlist])
+            best = fastest(shortlist, lambda c: self.run(problem, operands, c))
+            if best is None:
+                raise KernelRefused(f"CUTLASS: no kernel of the autotune shortlist "
+                                    f"({', '.join(c.name for c in shortlist)}) ran "
+                                    f"{problem.describe()}")
+            self._best[problem] = best
+        return best
+
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
+        if config.name == AUTOTUNE.name:
+            config = self._autotuned(problem, operands)
         if staging.is_staged(config):
             staging.run(problem, operands, config, self.run)
             return
@@ -451,6 +541,8 @@ class CutlassBackend(Backend):
         a product without C (a kernel with a workspace: on the stream that workspace serves)."""
         if problem.op != "matmul" or problem.has_c or staging.is_staged(config):
             return None
+        if config.name == AUTOTUNE.name:
+            config = self._autotuned(problem, operands)
         prepared = self._prepare(problem, config)
         if prepared.integer and operands.alpha != int(operands.alpha):
             return None
@@ -502,7 +594,17 @@ def prepare_many(jobs: list[tuple[Problem, Config]],
                  max_workers: int | None = None) -> list[tuple[Problem, Config]]:
     """Compile (or load from cache) the kernel of every (problem, config) at once, in
     parallel nvcc processes (at most ``max_workers``, by default as many as the cores and
-    memory allow); returns the pairs that built. Raises the first failure when none built."""
+    memory allow); returns the pairs that built ("autotune": where all the kernels it times
+    did). Raises the first failure when none built."""
+    expanded = [(job, kernel_jobs(*job)) for job in jobs]
+    each = list(dict.fromkeys(pair for _, pairs in expanded for pair in pairs))
+    built = set(_prepare_each(each, max_workers))
+    return [job for job, pairs in expanded if pairs and all(pair in built for pair in pairs)]
+
+
+def _prepare_each(jobs: list[tuple[Problem, Config]],
+                  max_workers: int | None) -> list[tuple[Problem, Config]]:
+    """:func:`prepare_many` for pairs that each name one kernel."""
     candidates = [candidate_for(*staging.unwrap(problem, config)) for problem, config in jobs]
     builds = [(cutlass_emit.emit(c), c.arch, c.name) for c in candidates]
     results = cutlass_build.build_many(builds, max_workers)

@@ -74,8 +74,6 @@ TMA_SHORTLIST = 4
 WAVE_USE_STEP = 0.05
 TMA_MIN_WAVE_USE = 0.5
 INTERPRETER_TILE = (32, 32, 32, 4, 1, 8)
-AUTOTUNE_ROUNDS = 3
-AUTOTUNE_TIE = 0.03
 MAX_GRID_Y = 65535
 DOT_BLOCK = 4096
 DOT_WARPS = 8
@@ -817,42 +815,20 @@ class TritonBackend(Backend):
         return picked + ([fill] if fill not in picked else [])
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
-        """The fastest of the shortlisted candidates for this problem, timed once per process
-        (the tuner, :func:`multibackend.tune`, times them all). Candidates are timed in
-        AUTOTUNE_ROUNDS interleaved rounds, each starting one candidate further on, and
-        ranked by their median over the rounds, so a clock or temperature drift during tuning
-        does not favour whichever ran first; a candidate within AUTOTUNE_TIE of the fastest
-        wins if it comes earlier in the list (run-to-run spread on one GPU is a few
-        percent)."""
+        """The fastest of the shortlisted candidates for this problem
+        (:func:`multibackend.timing.fastest`), timed once per process (the tuner,
+        :func:`multibackend.tune`, times them all)."""
         if self._last_best[0] is problem:
             return self._last_best[1]
         best = self._best.get(problem)
-        if best is not None:
-            self._last_best = (problem, best)
-            return best
-        import statistics
+        if best is None:
+            from multibackend.timing import fastest
 
-        from multibackend.timing import rotations, time_gpu
-
-        sms = self._sm_count(ops.d)
-        times: dict[Config, list[float]] = {}
-        for order in rotations(self._shortlist(problem, sms), AUTOTUNE_ROUNDS):
-            for candidate in order:
-                if candidate in times and not times[candidate]:
-                    continue
-                samples = times.setdefault(candidate, [])
-                try:
-                    samples.append(time_gpu(lambda: self._launch(problem, ops, candidate),
-                                            warmup=2, reps=7, max_seconds=0.5).median_ms)
-                except Exception:  # a tile the compiler cannot fit is skipped
-                    samples.clear()
-        ranked = [(statistics.median(v), c) for c, v in times.items() if v]
-        if not ranked:
-            raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
-        fastest = min(ms for ms, _ in ranked)
-        # within the timing noise, the earlier (expected-best) candidate wins
-        best = next(c for ms, c in ranked if ms <= fastest * (1 + AUTOTUNE_TIE))
-        self._best[problem] = best
+            best = fastest(self._shortlist(problem, self._sm_count(ops.d)),
+                           lambda candidate: self._launch(problem, ops, candidate))
+            if best is None:
+                raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
+            self._best[problem] = best
         self._last_best = (problem, best)
         return best
 

@@ -11,9 +11,10 @@ Problems: the ``decode`` suite (M from 1 to 512 times eight LLM projections, the
 and deep-K products: at most two waves of 128x256 output tiles, most under one). Members, each checked against the float64 reference first and
 then timed with their runs alternated (:func:`multibackend.timing.time_interleaved`):
 ``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
-shortlist, split-K candidates included), ``cutlass`` (its first stream-K or split-K config
-where it offers one, else its default; built beforehand in one parallel nvcc pass) and
-``auto`` (no table).
+shortlist, split-K candidates included), ``cutlass`` (its "autotune" config: first-call
+autotune over its shortlist of persistent, stream-K and split-K kernels, built beforehand in
+one parallel nvcc pass; its default kernel where no shortlist is offered) and ``auto`` (no
+table).
 
 Writes ``skinny_<mode>.json``: rows ``{dtype, m, n, k, batch, mode, backend, ms,
 torch_ms}`` (``backend`` "torch" for torch.matmul itself), and prints per member the
@@ -51,16 +52,16 @@ def parse() -> argparse.Namespace:
 
 
 def _cutlass_config(problem):
-    """CUTLASS's first stream-K or split-K config for the problem, else its default (None
-    where it cannot run it)."""
+    """CUTLASS's "autotune" config for the problem, else its default (None where it cannot
+    run it)."""
+    from multibackend.backends.cutlass import AUTOTUNE
     from multibackend.registry import REGISTRY
 
     backend = REGISTRY.get("cutlass")
     if backend.available() is not None or backend.supports(problem) is not None:
         return None
     configs = backend.configs(problem)
-    return next((c for c in configs if "streamk" in c.name or "splitk" in c.name),
-                backend.default_config(problem))
+    return AUTOTUNE if AUTOTUNE in configs else backend.default_config(problem)
 
 
 def _prebuild(jobs):

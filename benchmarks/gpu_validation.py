@@ -11,7 +11,9 @@ members are timed against each other with their runs alternated
 (:func:`multibackend.timing.time_interleaved`): ``torch`` (``torch.matmul(A, B)``), ``auto``
 (``multibackend.matmul(A, B)`` with no tuning table), ``auto_autotune`` (the same call with
 first-call autotuning in this mode: its first call, outside the timing, measures and keeps
-the winner) and any backend named with ``--member`` (``backend=<name>``). Each member's
+the winner) and any backend named with ``--member`` (``backend=<name>``, or
+``<name>:<config>`` for one of its configs, e.g. ``cutlass:autotune``: left out, with the
+reason, where the backend does not offer that config for the problem). Each member's
 result is first checked against the float64 reference; a wrong member is reported and left
 out of the timing. ``eager`` times back-to-back calls, host included; ``graph`` replays the
 calls captured in a CUDA graph.
@@ -80,7 +82,9 @@ def _members(names: list[str], a, b, mode: str) -> dict:
         elif name == "auto_autotune":
             calls[name] = lambda: mb.matmul(a, b, autotune=mode)
         else:
-            calls[name] = lambda name=name: mb.matmul(a, b, backend=name)
+            backend, _, config = name.partition(":")
+            calls[name] = lambda backend=backend, config=config: mb.matmul(
+                a, b, backend=backend, config=config or None)
     return calls
 
 

@@ -219,6 +219,39 @@ def rotations(items: list, rounds: int, seed: int = 0) -> list[list]:
     return orders
 
 
+#: a backend's first-call autotuning (:func:`fastest`): interleaved rounds per candidate, and
+#: the lead a later candidate needs over an earlier one (run-to-run spread on one GPU is a
+#: few percent)
+AUTOTUNE_ROUNDS = 3
+AUTOTUNE_TIE = 0.03
+
+
+def fastest(candidates: list, launch: Callable[[object], object], *,
+            rounds: int = AUTOTUNE_ROUNDS, tie: float = AUTOTUNE_TIE) -> object | None:
+    """The fastest of ``candidates`` as ``launch(candidate)`` runs them, for a backend's
+    first-call autotuning: each is timed (``kernel`` mode) in ``rounds`` rounds ordered by
+    :func:`rotations` and ranked by the median of its rounds, so that a clock or temperature
+    drift while they are timed favours none; one within ``tie`` of the fastest wins if it
+    comes earlier in ``candidates`` (the expected best first). A candidate whose launch
+    raises is dropped; None when every one did."""
+    times: dict = {}
+    for order in rotations(list(candidates), rounds):
+        for candidate in order:
+            if candidate in times and not times[candidate]:
+                continue
+            samples = times.setdefault(candidate, [])
+            try:
+                samples.append(time_gpu(lambda: launch(candidate), warmup=2, reps=7,
+                                        max_seconds=0.5).median_ms)
+            except Exception:  # noqa: BLE001 - a candidate that cannot run is left out
+                samples.clear()
+    ranked = [(statistics.median(v), c) for c, v in times.items() if v]
+    if not ranked:
+        return None
+    best_ms = min(ms for ms, _ in ranked)
+    return next(c for ms, c in ranked if ms <= best_ms * (1 + tie))
+
+
 def host_calls_per_second(fn: Callable[[], object], *, seconds: float = 1.0,
                           sync: Callable[[], object] | None = None) -> float:
     """How many times per second the host can call ``fn`` (GPU work queued, not awaited)."""

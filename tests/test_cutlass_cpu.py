@@ -103,8 +103,9 @@ def test_large_square_default_and_scheduler_variants(dtype):
     orders, the same binary."""
     problem = synthetic(8192, 8192, 8192, dtype)
     configs = BACKEND.configs(problem)
-    assert configs[0].name == "128x256x64_2x1x1_cooperative_tma"
-    assert configs[1].name == "256x128x64_1x2x1_cooperative_tma"
+    assert [c.name for c in configs[:3]] == ["128x256x64_2x1x1_cooperative_tma", "autotune",
+                                             "256x128x64_1x2x1_cooperative_tma"]
+    configs = [c for c in configs if c != backend_module.AUTOTUNE]  # the kernels
     by_name = {c.name: c for c in configs}
     assert len(by_name) == len(configs)
     clusters = {c.get("cluster") for c in configs}

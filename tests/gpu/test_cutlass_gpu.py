@@ -127,6 +127,10 @@ def _stream_k_problem() -> Problem:
     return synthetic(200, 264, 1032, "bfloat16", has_c=True, cc=_cc())
 
 
+def _autotune_problem() -> Problem:
+    return synthetic(200, 264, 1032, "float16", has_c=True, cc=_cc())
+
+
 def _broadcast_problem() -> Problem:
     """A (136 x 200) broadcast over a batch of 3 (batch stride 0) times B (3 x 200 x 264)."""
     a = make_operand("float16", 136, 200, (200, 1), 0, 0)
@@ -155,6 +159,8 @@ def cutlass_jobs(item) -> list[tuple[Problem, Config]]:
         problem = _candidate_problem(params["dtype"])
         return [(problem, c) for c in _checked_candidates(params["dtype"],
                                                           BACKEND.configs(problem))]
+    if name == "test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it":
+        return backend_module.kernel_jobs(_autotune_problem(), backend_module.AUTOTUNE)
     if name in STREAM_K_TESTS:
         problem = _stream_k_problem()
         return [(problem, c) for c in BACKEND.configs(problem) if c.name == STREAM_K_KERNEL]
@@ -330,6 +336,31 @@ def test_stream_k_workspace_is_kept_and_results_repeat_bit_for_bit():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(d_graph, first), config.name
+
+
+def test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it():
+    """Every config of the "autotune" shortlist (persistent 128x256, 256x128 and 128x128
+    tiles, the ping-pong kernel, two stream-K kernels forced into stream-K and split-K) on
+    ragged sizes with C and beta; then the config itself: it times them on the call's
+    operands, runs the fastest, and a second call runs the same one, bit for bit."""
+    gen = torch.Generator().manual_seed(23)
+    a = _matrix("float16", 1, 200, 1032, "row", gen, False)
+    b = _matrix("float16", 1, 1032, 264, "row", gen, False)
+    c = _matrix("float16", 1, 200, 264, "row", gen, False)
+    problem = _problem(a, b, c, "float16", "float32", None)
+    shortlist = backend_module.autotune_shortlist(problem)
+    assert shortlist == backend_module.autotune_shortlist(_autotune_problem())  # prebuilt
+    assert len(shortlist) == 8 and any(x.get("splits") for x in shortlist)
+    for config in shortlist:
+        d = _run(problem, a, b, c, 1.5, -0.5, config)
+        _check(problem, a, b, c, d, 1.5, -0.5)
+    first = _run(problem, a, b, c, 1.5, -0.5, backend_module.AUTOTUNE)
+    _check(problem, a, b, c, first, 1.5, -0.5)
+    picked = BACKEND._best[problem]
+    assert picked in shortlist
+    again = _run(problem, a, b, c, 1.5, -0.5, backend_module.AUTOTUNE)
+    assert BACKEND._best[problem] is picked
+    assert torch.equal(again, first)
 
 
 def test_stream_k_on_a_broadcast_batch():

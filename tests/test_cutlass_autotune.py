@@ -1,0 +1,196 @@
+"""CPU tier of CUTLASS's "autotune" config: which kernels it times for which problems, that its
+kernels are built together (and the config counts as built only when all of them are), that
+the fastest is picked, kept and run, and the shared timing rule behind it and Triton's
+autotuning (:func:`multibackend.timing.fastest`): ties go to the earlier candidate and one
+that fails is left out. The kernels themselves run in the GPU tier."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("cutlass_library")
+
+from multibackend import cutlass_build, cutlass_emit, timing  # noqa: E402
+from multibackend.backends import cutlass as backend_module  # noqa: E402
+from multibackend.backends.base import Config, Operands  # noqa: E402
+from multibackend.errors import KernelRefused  # noqa: E402
+from multibackend.problem import synthetic  # noqa: E402
+
+AUTOTUNE = backend_module.AUTOTUNE
+DEFAULT = "128x256x64_2x1x1_cooperative_tma"
+PERSISTENT = [DEFAULT, "256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
+              "128x128x64_1x1x1_pingpong_tma"]
+FORCED = ["128x256x64_2x1x1_cooperative_tma_streamk_forced",
+          "128x128x64_1x1x1_cooperative_tma_streamk_forced"]
+
+
+def _names(configs: list[Config]) -> list[str]:
+    return [c.name for c in configs]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_shortlist_of_a_many_tile_product_is_the_default_then_three_tiles_and_stream_k(dtype):
+    """512x10240x8192: 160 tiles of 128 x 256, 320 of 128 x 128: no split count fits a wave."""
+    problem = synthetic(512, 10240, 8192, dtype, cc=(9, 0))
+    shortlist = backend_module.autotune_shortlist(problem)
+    assert _names(shortlist) == PERSISTENT + FORCED
+    assert {c.get("decomposition") for c in shortlist[4:]} == {"stream_k"}
+    names = _names(backend_module.create().configs(problem))
+    assert names[:2] == [DEFAULT, "autotune"]
+
+
+def test_shortlist_splits_k_where_the_small_tiles_leave_sms_idle():
+    """8x4096x4096: 32 tiles of 128 x 128 and 64 K tiles: split in 4 (128 CTAs) and 2;
+    1024x1024x16384: 64 tiles, split in 2 only (4 would need 256 CTAs)."""
+    skinny = backend_module.autotune_shortlist(synthetic(8, 4096, 4096, "float16", cc=(9, 0)))
+    assert _names(skinny)[6:] == ["128x128x64_1x1x1_cooperative_tma_splitk4",
+                                  "128x128x64_1x1x1_cooperative_tma_splitk2"]
+    assert [(c.get("decomposition"), c.get("splits")) for c in skinny[6:]] == [
+        ("split_k", 4), ("split_k", 2)]
+    deep = backend_module.autotune_shortlist(synthetic(1024, 1024, 16384, "float16", cc=(9, 0)))
+    assert _names(deep) == PERSISTENT + FORCED + ["128x128x64_1x1x1_cooperative_tma_splitk2"]
+
+
+def test_shortlist_leaves_out_stream_k_at_few_k_tiles():
+    """K = 512 is 8 K tiles: stream-K would give every CTA a whole tile (data-parallel)."""
+    shortlist = backend_module.autotune_shortlist(synthetic(4096, 4096, 512, "float16",
+                                                            cc=(9, 0)))
+    assert _names(shortlist) == PERSISTENT
+
+
+@pytest.mark.parametrize("problem", [
+    synthetic(512, 4096, 4096, "float32", precision="tf32", cc=(9, 0)),
+    synthetic(512, 4096, 4096, "int8", b_layout="col", cc=(9, 0)),
+    synthetic(512, 4096, 4095, "float16", cc=(9, 0)),  # rows of B off the 16-byte grid
+    synthetic(512, 4096, 4096, "float16", cc=(8, 0)),  # no 3.x kernels before sm_90
+], ids=["tf32", "int8", "misaligned", "sm80"])
+def test_no_autotune_config_where_the_shortlist_kernels_cannot_run(problem):
+    assert backend_module.autotune_shortlist(problem) == []
+    assert "autotune" not in _names(backend_module.create().configs(problem))
+
+
+def _fake_builds(monkeypatch, fail: str | None = None) -> list[str]:
+    """Record the kernels cutlass_build.build_many is asked for; ``fail`` names one whose
+    build raises."""
+    asked: list[str] = []
+
+    def build_many(builds, max_workers=None):
+        asked.extend(name for _, _, name in builds)
+        return [RuntimeError(f"nvcc failed on {name}") if name == fail else f"/lib/{name}.so"
+                for _, _, name in builds]
+    monkeypatch.setattr(cutlass_build, "build_many", build_many)
+    return asked
+
+
+def test_prepare_many_builds_every_kernel_of_autotune_once(monkeypatch):
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    asked = _fake_builds(monkeypatch)
+    default = backend_module.create().default_config(problem)
+    jobs = [(problem, AUTOTUNE), (problem, default)]
+    assert backend_module.prepare_many(jobs) == jobs
+    # six kernels: two stream-K binaries run every stream-K and split-K config; the default
+    # is asked for once, though both jobs need it
+    assert sorted(asked) == sorted(PERSISTENT + [n.removesuffix("_forced") for n in FORCED])
+
+
+def test_autotune_is_not_prepared_when_one_of_its_kernels_fails_to_build(monkeypatch):
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    _fake_builds(monkeypatch, fail="128x128x64_1x1x1_pingpong_tma")
+    default = backend_module.create().default_config(problem)
+    assert backend_module.prepare_many([(problem, AUTOTUNE), (problem, default)]) == [
+        (problem, default)]
+
+
+def test_autotune_counts_as_built_only_when_all_its_kernels_are(monkeypatch):
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    backend = backend_module.create()
+    missing = "128x128x64_1x1x1_cooperative_tma"
+    names_by_key = {}
+    for kernel_problem, config in backend_module.kernel_jobs(problem, AUTOTUNE):
+        candidate = backend_module.candidate_for(kernel_problem, config)
+        key = cutlass_build.artifact_key(cutlass_emit.emit(candidate), candidate.arch)
+        names_by_key[key] = candidate.name
+    assert missing in names_by_key.values()
+    monkeypatch.setattr(cutlass_build, "cached_library",
+                        lambda key: None if names_by_key.get(key) == missing else "/lib/x.so")
+    assert backend.built(problem, backend.default_config(problem))
+    assert not backend.built(problem, AUTOTUNE)
+    monkeypatch.setattr(cutlass_build, "cached_library", lambda key: "/lib/x.so")
+    assert backend.built(problem, AUTOTUNE)
+
+
+def _timed_backend(monkeypatch, ms: dict[str, float], raises: tuple[str, ...] = ()):
+    """A CUTLASS backend whose launches are recorded, not run, and timed at ``ms`` per
+    config name (those in ``raises`` fail to launch)."""
+    backend = backend_module.create()
+    launched: list[str] = []
+
+    def run(problem, operands, config):
+        if config.name == AUTOTUNE.name:
+            config = backend._autotuned(problem, operands)
+        if config.name in raises:
+            raise KernelRefused(f"{config.name} refused")
+        launched.append(config.name)
+
+    def time_gpu(fn, **_):
+        fn()
+        return SimpleNamespace(median_ms=ms[launched[-1]])
+
+    monkeypatch.setattr(backend, "run", run)
+    monkeypatch.setattr(timing, "time_gpu", time_gpu)
+    monkeypatch.setattr(backend_module, "prepare_many", lambda jobs, max_workers=None: jobs)
+    return backend, launched
+
+
+def _operands() -> Operands:
+    return Operands(None, None, None, None, 1.0, 0.0, 0)
+
+
+def test_autotune_runs_the_fastest_of_its_shortlist_and_keeps_its_pick(monkeypatch):
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    names = _names(backend_module.autotune_shortlist(problem))
+    ms = dict.fromkeys(names, 1.0)
+    ms[names[4]] = 0.8  # 128x256 forced into stream-K
+    backend, launched = _timed_backend(monkeypatch, ms)
+    backend.run(problem, _operands(), AUTOTUNE)
+    assert set(launched) == set(names)
+    assert launched.count(names[4]) == timing.AUTOTUNE_ROUNDS + 1  # timed, then run
+    assert launched[-1] == names[4]
+    launched.clear()
+    backend.run(problem, _operands(), AUTOTUNE)
+    assert launched == [names[4]]  # not timed again
+
+
+def test_autotune_skips_a_kernel_that_refuses_and_fails_when_all_refuse(monkeypatch):
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    names = _names(backend_module.autotune_shortlist(problem))
+    ms = {name: 1.0 + i for i, name in enumerate(names)}
+    backend, launched = _timed_backend(monkeypatch, ms, raises=(names[0],))
+    backend.run(problem, _operands(), AUTOTUNE)
+    assert launched[-1] == names[1]
+    backend, _ = _timed_backend(monkeypatch, ms, raises=tuple(names))
+    with pytest.raises(KernelRefused, match="no kernel of the autotune shortlist"):
+        backend.run(problem, _operands(), AUTOTUNE)
+
+
+def _fastest(monkeypatch, ms: dict[str, float], raises: tuple[str, ...] = ()) -> str | None:
+    def time_gpu(fn, **_):
+        return SimpleNamespace(median_ms=fn())
+
+    def launch(name):
+        if name in raises:
+            raise RuntimeError(name)
+        return ms[name]
+    monkeypatch.setattr(timing, "time_gpu", time_gpu)
+    return timing.fastest(list(ms), launch)
+
+
+def test_fastest_gives_a_tie_to_the_earlier_candidate(monkeypatch):
+    assert _fastest(monkeypatch, {"a": 1.0, "b": 0.98, "c": 1.1}) == "a"  # within 3%
+    assert _fastest(monkeypatch, {"a": 1.0, "b": 0.9, "c": 1.1}) == "b"
+
+
+def test_fastest_leaves_out_a_candidate_that_fails(monkeypatch):
+    assert _fastest(monkeypatch, {"a": 0.5, "b": 1.0}, raises=("a",)) == "b"
+    assert _fastest(monkeypatch, {"a": 0.5}, raises=("a",)) is None
