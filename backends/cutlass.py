@@ -20,10 +20,10 @@ prepared and allocated at its first launch on each stream, never per call.
 
 Choosing per shape: the default kernel (128x256 tiles for 16-bit types) is the best for large
 products and builds alone. For 16-bit products the "autotune" config, offered right after it,
-times a shortlist (:func:`autotune_shortlist`: the default, 256x128 and 128x128 persistent
-tiles, the 128x128 ping-pong kernel, two stream-K kernels forced into stream-K, and split-K)
-on its first call for a shape, and runs the fastest from then on. Its first call on a machine
-builds six kernels (in parallel nvcc processes, then cached), which is why it is not the
+times a shortlist (:func:`autotune_shortlist`: the default, 256x128, 128x128 and 192x128
+persistent tiles, the 128x128 ping-pong kernel, two stream-K kernels forced into stream-K,
+and split-K) on its first call for a shape, and runs the fastest from then on. Its first call
+on a machine builds seven kernels (in parallel nvcc processes, then cached), which is why it is not the
 default.
 """
 from __future__ import annotations
@@ -227,13 +227,14 @@ def stream_k_configs(problem: Problem,
 #: the config that times :func:`autotune_shortlist` on its first call and runs the fastest
 AUTOTUNE = Config.of("autotune")
 #: persistent kernels the "autotune" config times beside the default, in the caller's terms:
-#: the 128x256 tile turned 256x128, and the 128x128 tile cooperative and ping-pong (two
-#: warpgroups on two tiles, one's epilogue under the other's mainloop). A 128x128 tile gives
-#: 4x more tiles than 128x256 on a product of few rows, which fill a wave of SMs where the
-#: large tile leaves most idle (f16, graph, H100: 512x4096x4096 at 0.97x torch.matmul
-#: against 0.67x for 128x256; 256x6144x4096 at 0.99x against 0.76x)
+#: the 128x256 tile turned 256x128, the 128x128 tile cooperative and ping-pong (two
+#: warpgroups on two tiles, one's epilogue under the other's mainloop), and 192x128 (see
+#: :data:`multibackend.cutlass_emit.NARROWED_TILES`). A 128x128 tile gives 2x more tiles than
+#: 128x256, which fill a wave of SMs where the large tile leaves many idle (f16, graph, H100:
+#: 512x4096x4096 at 0.97x torch.matmul against 0.67x for 128x256; 256x6144x4096 at 0.99x
+#: against 0.76x)
 AUTOTUNE_PERSISTENT = ("256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
-                       "128x128x64_1x1x1_pingpong_tma")
+                       "128x128x64_1x1x1_pingpong_tma", "192x128x64_1x2x1_cooperative_tma")
 #: stream-K kernels the "autotune" config times forced into stream-K (where the problem has
 #: more K tiles than stream-K's minimum), the last also in split-K at :func:`split_counts`:
 #: 1.2 waves of 128x256 tiles (512x10240x8192) ran at 0.92x forced into stream-K against 0.69x

@@ -89,6 +89,17 @@ _EPILOGUES_3X = {"TmaWarpSpecializedCooperative": "tma", "TmaWarpSpecialized": "
                  "NoSmemWarpSpecialized": "nosmem", "EpilogueTransposed": "transposed"}
 
 
+#: 3.x tiles (the kernel's M x N x K) made from a default tile of a generator function by
+#: narrowing WGMMA's N, in its 16-bit TMA kernels: 128 x 192, which is 192 rows of D by 128
+#: columns. 1536 rows are eight such tiles: a 1536^3 product has 96 of them (one wave on 132
+#: SMs) where 128x256 tiles leave 72 and 128x128 tiles 144 (f16, graph, H100: 0.82x
+#: torch.matmul against 0.69x; 3000^3 0.89x against 0.85x). The generator stamps these
+#: kernels only at its level of every WGMMA shape (some 130,000 operations, seconds to
+#: make); its 128 x 256 kernels with the tile changed are the same kernels (names and
+#: instance source), since CUTLASS's collective builder picks the WGMMA atom from the tile.
+NARROWED_TILES = {"GenerateSM90_TensorOp_16b_WGMMA_gemm": {(128, 256, 64): (128, 192, 64)}}
+
+
 class Collector:
     """Stands in for cutlass_library's Manifest: the generator functions append their
     operations here. A non-empty kernel filter makes them stamp out every tile and alignment."""
@@ -113,14 +124,35 @@ class Collector:
 
 @functools.lru_cache(maxsize=None)
 def generated(function: str, cc: int) -> tuple:
-    """Every GEMM operation one generator function stamps out for compute capability ``cc``."""
+    """Every GEMM operation one generator function stamps out for compute capability ``cc``,
+    and its :data:`NARROWED_TILES`."""
     from cutlass_library import generator
     from cutlass_library.library import GemmKind
 
     collector = Collector(cc)
     getattr(generator, function)(collector, CUDA_VERSION)
-    return tuple(op for op in collector.operations
-                 if getattr(op, "gemm_kind", None) in (GemmKind.Universal, GemmKind.Universal3x))
+    found = tuple(op for op in collector.operations
+                  if getattr(op, "gemm_kind", None) in (GemmKind.Universal, GemmKind.Universal3x))
+    return found + _narrowed(found, NARROWED_TILES.get(function, {}))
+
+
+def _narrowed(ops: tuple, tiles: dict) -> tuple:
+    """Copies of the ``ops`` whose tile is a key of ``tiles``, with the tile it maps to."""
+    from cutlass_library.library import TileDescription
+
+    made = []
+    for op in ops:
+        old = op.tile_description
+        tile = tiles.get(tuple(old.threadblock_shape))
+        if tile is None:
+            continue
+        narrow = copy.copy(op)
+        narrow.tile_description = TileDescription(
+            list(tile), old.stages, old.warp_count, old.math_instruction,
+            old.minimum_compute_capability, old.maximum_compute_capability, old.cluster_shape,
+            old.explicit_vector_sizes)
+        made.append(narrow)
+    return tuple(made)
 
 
 @functools.lru_cache(maxsize=None)

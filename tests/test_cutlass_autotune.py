@@ -20,7 +20,7 @@ from multibackend.problem import synthetic  # noqa: E402
 AUTOTUNE = backend_module.AUTOTUNE
 DEFAULT = "128x256x64_2x1x1_cooperative_tma"
 PERSISTENT = [DEFAULT, "256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
-              "128x128x64_1x1x1_pingpong_tma"]
+              "128x128x64_1x1x1_pingpong_tma", "192x128x64_1x2x1_cooperative_tma"]
 FORCED = ["128x256x64_2x1x1_cooperative_tma_streamk_forced",
           "128x128x64_1x1x1_cooperative_tma_streamk_forced"]
 
@@ -30,12 +30,12 @@ def _names(configs: list[Config]) -> list[str]:
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_shortlist_of_a_many_tile_product_is_the_default_then_three_tiles_and_stream_k(dtype):
+def test_shortlist_of_a_many_tile_product_is_the_default_then_four_tiles_and_stream_k(dtype):
     """512x10240x8192: 160 tiles of 128 x 256, 320 of 128 x 128: no split count fits a wave."""
     problem = synthetic(512, 10240, 8192, dtype, cc=(9, 0))
     shortlist = backend_module.autotune_shortlist(problem)
     assert _names(shortlist) == PERSISTENT + FORCED
-    assert {c.get("decomposition") for c in shortlist[4:]} == {"stream_k"}
+    assert {c.get("decomposition") for c in shortlist[5:]} == {"stream_k"}
     names = _names(backend_module.create().configs(problem))
     assert names[:2] == [DEFAULT, "autotune"]
 
@@ -44,9 +44,9 @@ def test_shortlist_splits_k_where_the_small_tiles_leave_sms_idle():
     """8x4096x4096: 32 tiles of 128 x 128 and 64 K tiles: split in 4 (128 CTAs) and 2;
     1024x1024x16384: 64 tiles, split in 2 only (4 would need 256 CTAs)."""
     skinny = backend_module.autotune_shortlist(synthetic(8, 4096, 4096, "float16", cc=(9, 0)))
-    assert _names(skinny)[6:] == ["128x128x64_1x1x1_cooperative_tma_splitk4",
+    assert _names(skinny)[7:] == ["128x128x64_1x1x1_cooperative_tma_splitk4",
                                   "128x128x64_1x1x1_cooperative_tma_splitk2"]
-    assert [(c.get("decomposition"), c.get("splits")) for c in skinny[6:]] == [
+    assert [(c.get("decomposition"), c.get("splits")) for c in skinny[7:]] == [
         ("split_k", 4), ("split_k", 2)]
     deep = backend_module.autotune_shortlist(synthetic(1024, 1024, 16384, "float16", cc=(9, 0)))
     assert _names(deep) == PERSISTENT + FORCED + ["128x128x64_1x1x1_cooperative_tma_splitk2"]
@@ -89,7 +89,7 @@ def test_prepare_many_builds_every_kernel_of_autotune_once(monkeypatch):
     default = backend_module.create().default_config(problem)
     jobs = [(problem, AUTOTUNE), (problem, default)]
     assert backend_module.prepare_many(jobs) == jobs
-    # six kernels: two stream-K binaries run every stream-K and split-K config; the default
+    # seven kernels: two stream-K binaries run every stream-K and split-K config; the default
     # is asked for once, though both jobs need it
     assert sorted(asked) == sorted(PERSISTENT + [n.removesuffix("_forced") for n in FORCED])
 
@@ -151,15 +151,15 @@ def test_autotune_runs_the_fastest_of_its_shortlist_and_keeps_its_pick(monkeypat
     problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
     names = _names(backend_module.autotune_shortlist(problem))
     ms = dict.fromkeys(names, 1.0)
-    ms[names[4]] = 0.8  # 128x256 forced into stream-K
+    ms[names[5]] = 0.8  # 128x256 forced into stream-K
     backend, launched = _timed_backend(monkeypatch, ms)
     backend.run(problem, _operands(), AUTOTUNE)
     assert set(launched) == set(names)
-    assert launched.count(names[4]) == timing.AUTOTUNE_ROUNDS + 1  # timed, then run
-    assert launched[-1] == names[4]
+    assert launched.count(names[5]) == timing.AUTOTUNE_ROUNDS + 1  # timed, then run
+    assert launched[-1] == names[5]
     launched.clear()
     backend.run(problem, _operands(), AUTOTUNE)
-    assert launched == [names[4]]  # not timed again
+    assert launched == [names[5]]  # not timed again
 
 
 def test_autotune_skips_a_kernel_that_refuses_and_fails_when_all_refuse(monkeypatch):
@@ -194,3 +194,30 @@ def test_fastest_gives_a_tie_to_the_earlier_candidate(monkeypatch):
 def test_fastest_leaves_out_a_candidate_that_fails(monkeypatch):
     assert _fastest(monkeypatch, {"a": 0.5, "b": 1.0}, raises=("a",)) == "b"
     assert _fastest(monkeypatch, {"a": 0.5}, raises=("a",)) is None
+
+
+class _EveryWgmmaShape(cutlass_emit.Collector):
+    """The generator at its level of every WGMMA shape (the last digit of the level)."""
+
+    def get_instantiation_level(self, pruned_level: int = 0, default_level: int = 111,
+                                exhaustive_level: int = 9992) -> int:
+        return super().get_instantiation_level(pruned_level, default_level) // 10 * 10 + 3
+
+
+def test_narrowed_tiles_are_the_generators_own_kernels():
+    """The 128 x 192 kernels made by narrowing 128 x 256 ones have the names and instance
+    source of those the generator stamps out when asked for every WGMMA shape."""
+    from cutlass_library import generator
+    from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance
+
+    function = "GenerateSM90_TensorOp_16b_WGMMA_gemm"
+    (tile,) = cutlass_emit.NARROWED_TILES[function].values()
+    ours = {op.procedural_name(): op for op in cutlass_emit.generated(function, 90)
+            if tuple(op.tile_description.threadblock_shape) == tile}
+    collector = _EveryWgmmaShape(90)
+    getattr(generator, function)(collector, cutlass_emit.CUDA_VERSION)
+    theirs = {op.procedural_name(): op for op in collector.operations
+              if tuple(op.tile_description.threadblock_shape) == tile}
+    assert len(ours) >= 1000 and set(ours) == set(theirs)
+    emit = EmitGemmUniversal3xInstance().emit
+    assert all(emit(ours[name]) == emit(theirs[name]) for name in ours)

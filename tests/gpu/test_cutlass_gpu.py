@@ -339,8 +339,8 @@ def test_stream_k_workspace_is_kept_and_results_repeat_bit_for_bit():
 
 
 def test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it():
-    """Every config of the "autotune" shortlist (persistent 128x256, 256x128 and 128x128
-    tiles, the ping-pong kernel, two stream-K kernels forced into stream-K and split-K) on
+    """Every config of the "autotune" shortlist (persistent 128x256, 256x128, 128x128 and
+    192x128 tiles, the ping-pong kernel, two stream-K kernels forced into stream-K and split-K) on
     ragged sizes with C and beta; then the config itself: it times them on the call's
     operands, runs the fastest, and a second call runs the same one, bit for bit."""
     gen = torch.Generator().manual_seed(23)
@@ -350,7 +350,7 @@ def test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it():
     problem = _problem(a, b, c, "float16", "float32", None)
     shortlist = backend_module.autotune_shortlist(problem)
     assert shortlist == backend_module.autotune_shortlist(_autotune_problem())  # prebuilt
-    assert len(shortlist) == 8 and any(x.get("splits") for x in shortlist)
+    assert len(shortlist) == 9 and any(x.get("splits") for x in shortlist)
     for config in shortlist:
         d = _run(problem, a, b, c, 1.5, -0.5, config)
         _check(problem, a, b, c, d, 1.5, -0.5)
