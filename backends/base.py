@@ -113,6 +113,11 @@ class Backend(abc.ABC):
     def default_config(self, problem: Problem) -> Config:
         return self.configs(problem)[0]
 
+    def autotuned(self, problem: Problem) -> Config | None:
+        """The config an "autotune" config picked for ``problem`` in this process, None where
+        none has (or the backend has no such config)."""
+        return None
+
     def prepare(self, problem: Problem, config: Config) -> None:
         """Compile or load what ``run`` needs; a no-op by default."""
 

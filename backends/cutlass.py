@@ -480,6 +480,9 @@ class CutlassBackend(Backend):
         self._prepared[key] = prepared
         return prepared
 
+    def autotuned(self, problem: Problem) -> Config | None:
+        return self._best.get(problem)
+
     def _autotuned(self, problem: Problem, operands: Operands) -> Config:
         """The fastest config of :func:`autotune_shortlist` for ``problem``, timed on
         ``operands`` at its first call in this process (its kernels built first, in parallel,

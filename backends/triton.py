@@ -814,6 +814,9 @@ class TritonBackend(Backend):
         picked = tma_splits + tma + split + pointer[:2]
         return picked + ([fill] if fill not in picked else [])
 
+    def autotuned(self, problem: Problem) -> Config | None:
+        return self._best.get(problem)
+
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem
         (:func:`multibackend.timing.fastest`), timed once per process (the tuner,

@@ -17,7 +17,8 @@ one parallel nvcc pass; its default kernel where no shortlist is offered) and ``
 table).
 
 Writes ``skinny_<mode>.json``: rows ``{dtype, m, n, k, batch, mode, backend, ms,
-torch_ms}`` (``backend`` "torch" for torch.matmul itself), and prints per member the
+torch_ms}`` (``backend`` "torch" for torch.matmul itself; ``config``, for Triton and
+CUTLASS, the config their first-call autotuning picked), and prints per member the
 geometric mean of torch_ms / ms, the worst ratio, how many fall below 0.95x, and the same
 for the best of Triton and CUTLASS per problem.
 """
@@ -62,6 +63,15 @@ def _cutlass_config(problem):
         return None
     configs = backend.configs(problem)
     return AUTOTUNE if AUTOTUNE in configs else backend.default_config(problem)
+
+
+def _picks(problem) -> dict[str, str]:
+    """The config each of :data:`KERNELS` picked by first-call autotuning for the problem
+    (those that picked one)."""
+    from multibackend.registry import REGISTRY
+
+    found = {name: REGISTRY.get(name).autotuned(problem) for name in KERNELS}
+    return {name: config.name for name, config in found.items() if config is not None}
 
 
 def _prebuild(jobs):
@@ -133,6 +143,7 @@ def main() -> int:
                     calls[name] = lambda a=a, b=b, name=name: mb.matmul(a, b, backend=name)
             problem_notes: list[str] = []
             kept = checked(calls, a, b, problem, problem_notes)
+            picks = _picks(problem)
             label = f"{problem.m}x{problem.n}x{problem.k}"
             notes += [f"{dtype} {label}: {n}" for n in problem_notes]
             for mode in modes:
@@ -142,12 +153,15 @@ def main() -> int:
                 for name, t in timed.items():
                     rows[mode].append({"dtype": dtype, "m": problem.m, "n": problem.n,
                                        "k": problem.k, "batch": 1, "mode": mode,
-                                       "backend": name, "ms": t.median_ms, "torch_ms": base})
+                                       "backend": name, "ms": t.median_ms, "torch_ms": base,
+                                       **({"config": picks[name]} if name in picks else {})})
                 text = "  ".join(f"{n} {base / t.median_ms:.2f}x" for n, t in timed.items()
                                  if n != BASE)
                 tflops = problem.flops / (base * 1e-3) / 1e12
                 print(f"[{time.monotonic() - start:5.0f}s] {mode:5s} {dtype:8s} {label:20s} "
                       f"torch {base * 1e3:8.1f} us {tflops:6.1f} TF/s  {text}", flush=True)
+            print("        picked: " + ", ".join(f"{n} {c}" for n, c in picks.items()),
+                  flush=True)
         del cases
         torch.cuda.empty_cache()
     for mode in modes:

@@ -153,7 +153,9 @@ def test_autotune_runs_the_fastest_of_its_shortlist_and_keeps_its_pick(monkeypat
     ms = dict.fromkeys(names, 1.0)
     ms[names[5]] = 0.8  # 128x256 forced into stream-K
     backend, launched = _timed_backend(monkeypatch, ms)
+    assert backend.autotuned(problem) is None
     backend.run(problem, _operands(), AUTOTUNE)
+    assert backend.autotuned(problem).name == names[5]
     assert set(launched) == set(names)
     assert launched.count(names[5]) == timing.AUTOTUNE_ROUNDS + 1  # timed, then run
     assert launched[-1] == names[5]
