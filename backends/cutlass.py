@@ -23,8 +23,8 @@ products and builds alone. For 16-bit products the "autotune" config, offered ri
 times a shortlist (:func:`autotune_shortlist`: the default, 256x128, 128x128 and 192x128
 persistent tiles, the 128x128 ping-pong kernel, two stream-K kernels forced into stream-K,
 and split-K) on its first call for a shape, and runs the fastest from then on. Its first call
-on a machine builds seven kernels (in parallel nvcc processes, then cached), which is why it is not the
-default.
+on a machine builds seven kernels (in parallel nvcc processes, then cached), which is why it
+is not the default.
 """
 from __future__ import annotations
 
