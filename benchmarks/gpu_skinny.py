@@ -70,7 +70,8 @@ def _picks(problem) -> dict[str, str]:
     (those that picked one)."""
     from multibackend.registry import REGISTRY
 
-    found = {name: REGISTRY.get(name).autotuned(problem) for name in KERNELS}
+    backends = {name: REGISTRY.get(name) for name in KERNELS}  # None: failed to load
+    found = {name: b.autotuned(problem) for name, b in backends.items() if b is not None}
     return {name: config.name for name, config in found.items() if config is not None}
 
 
