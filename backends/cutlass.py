@@ -369,6 +369,7 @@ class CutlassBackend(Backend):
         self._last: tuple = (None, None, None)  # (problem, config, prepared) of the last run
         self._libraries: dict[cutlass_emit.Candidate, cutlass_build.Library] = {}
         self._best: dict[Problem, Config] = {}  # the "autotune" config's pick per problem
+        self._last_best: tuple = (None, None)  # (problem, its pick) of the last lookup
 
     def available(self) -> Reason | None:
         try:
@@ -441,9 +442,14 @@ class CutlassBackend(Backend):
                 "nvcc": toolchain.nvcc_version() or "none"}
 
     def prepare(self, problem: Problem, config: Config) -> None:
+        """Load (or build) the kernel ``config`` runs; for "autotune", its pick once made
+        (a call that is not planned prepares on every call), else all it will time."""
         if config.name == AUTOTUNE.name:
-            prepare_many(kernel_jobs(problem, config))
-            return
+            picked = self.autotuned(problem)
+            if picked is None:
+                prepare_many(kernel_jobs(problem, config))
+                return
+            config = picked
         problem, config = staging.unwrap(problem, config)
         last = self._last
         if last[0] is not problem or last[1] is not config:
@@ -481,13 +487,21 @@ class CutlassBackend(Backend):
         return prepared
 
     def autotuned(self, problem: Problem) -> Config | None:
-        return self._best.get(problem)
+        """The "autotune" config's pick for ``problem``: the last one asked for is found by
+        identity (no hashing of the problem on a repeated call)."""
+        last = self._last_best
+        if last[0] is problem:
+            return last[1]
+        best = self._best.get(problem)
+        if best is not None:
+            self._last_best = (problem, best)
+        return best
 
     def _autotuned(self, problem: Problem, operands: Operands) -> Config:
         """The fastest config of :func:`autotune_shortlist` for ``problem``, timed on
         ``operands`` at its first call in this process (its kernels built first, in parallel,
         where the cache lacks them) and remembered."""
-        best = self._best.get(problem)
+        best = self.autotuned(problem)
         if best is None:
             from multibackend.timing import fastest
 

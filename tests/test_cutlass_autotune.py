@@ -164,6 +164,26 @@ def test_autotune_runs_the_fastest_of_its_shortlist_and_keeps_its_pick(monkeypat
     assert launched == [names[5]]  # not timed again
 
 
+def test_prepare_after_the_pick_loads_only_the_picked_kernel(monkeypatch):
+    """A call that is not planned prepares on every call: once autotune has picked, that is
+    the pick's kernel alone, not the shortlist's builds again."""
+    problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
+    names = _names(backend_module.autotune_shortlist(problem))
+    backend, _ = _timed_backend(monkeypatch, dict.fromkeys(names, 1.0))
+    shortlists: list[int] = []
+    monkeypatch.setattr(backend_module, "prepare_many",
+                        lambda jobs, max_workers=None: shortlists.append(len(jobs)) or jobs)
+    prepared: list[str] = []
+    monkeypatch.setattr(backend, "_prepare", lambda p, c: prepared.append(c.name))
+    backend.prepare(problem, AUTOTUNE)
+    assert shortlists == [len(names)] and prepared == []
+    backend.run(problem, _operands(), AUTOTUNE)
+    shortlists.clear()
+    for _ in range(3):
+        backend.prepare(problem, AUTOTUNE)
+    assert shortlists == [] and prepared == [names[0]]  # kept by the last-run cache
+
+
 def test_autotune_skips_a_kernel_that_refuses_and_fails_when_all_refuse(monkeypatch):
     problem = synthetic(512, 10240, 8192, "float16", cc=(9, 0))
     names = _names(backend_module.autotune_shortlist(problem))
