@@ -104,20 +104,29 @@ INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
 #: every slice's partial alone; more slices go to the two-kernel reduction, which spreads
 #: the adding over many programs)
 FUSED_MAX_SPLITS = 16
-#: TMA split-K candidates (:func:`tma_splitk_configs`), the expected best first: for at most
-#: 64 rows (BLOCK_N, BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64, with as
-#: many stages as TMA_SPLITK_SMEM holds (at most SPLITK_MAX_STAGES); else (BLOCK_M, BLOCK_N,
-#: BLOCK_K, warps, stages). Ranked by an H100 sweep of decode and few-tile
-#: products in graph mode (one-wave split of each): 16x64x256 led at N of 4096-6144,
-#: 16x64x128 at N = 1024, 16x256x64 and 16x128x128 at N of 10240-14336; 64x128x128 at
-#: 128-512 rows and cubes of 768-1024, 128x256x64 at 2048; with the atomic reduction,
-#: 64x64x128 in 32 slices led at 128x128x65536 and 64x128x128 in 8 at 256x512x32768.
+#: TMA split-K candidate tiles (:func:`tma_splitk_configs`): for at most 64 rows (BLOCK_N,
+#: BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64; else (BLOCK_M, BLOCK_N,
+#: BLOCK_K, warps). Each problem ranks them by its grid (:func:`tma_splitk_configs`), in
+#: this order on a tie. From H100 sweeps of decode and few-tile products (graph mode): the
+#: best narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336,
+#: 16x256x64 at 28672 and over); 64x64x128 in one wave led at 128-512 rows of N = 1024-4096,
+#: 128x128x64 at 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32
+#: slices at 128x128x65536 and 64x128 in 8 at 256x512x32768.
 TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
-TMA_SPLITK_WIDE = ((64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (128, 256, 64, 8, 3),
-                   (64, 128, 64, 4, 4), (64, 256, 64, 4, 4))
-#: shared memory a TMA split-K tile's stages may take, the fewest BLOCK_K steps a slice gets
-#: and the most slices (each adds one tile into the float32 sum by atomics)
-TMA_SPLITK_SMEM = 200 * 1024
+TMA_SPLITK_WIDE = ((64, 64, 128, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8),
+                   (128, 256, 64, 8), (64, 128, 128, 4))
+#: pipeline stages of a TMA split-K program: where its grid is one wave (a program per
+#: multiprocessor) as many as TMA_SPLITK_SMEM holds, at most TMA_SPLITK_MAX_STAGES; where it
+#: is more, TMA_SPLITK_WAVES_STAGES (fewer where they do not fit). On an H100 (graph mode,
+#: f16, same run): one wave of 64x64x128 tiles in 7 stages ran 128x4096x4096 at 1.04x
+#: torch.matmul and 512x1024x4096 at 1.03x, against 0.85x in 4 stages; on grids of more
+#: than 132 tiles 3 stages beat 4 on every decode product tried with both (1x14336x4096 in
+#: 16x128x128 tiles: 1.06x against 1.04x).
+TMA_SPLITK_SMEM = 224 * 1024
+TMA_SPLITK_MAX_STAGES = 12
+TMA_SPLITK_WAVES_STAGES = 3
+#: the fewest BLOCK_K steps a slice gets and the most slices (each adds one tile into the
+#: float32 sum by atomics)
 TMA_SPLITK_MIN_STEPS = 2
 TMA_SPLITK_MAX_SPLITS = 64
 #: the float32 sums of the TMA split-K kernel's atomic reduction: elements per stream's share
@@ -266,13 +275,27 @@ def tma_split(tiles: int, steps: int, sms: int = SPLITK_SMS) -> int:
     return _exact_split(steps, split)
 
 
+def tma_stages(bm: int, bn: int, bk: int, programs: int, sms: int = SPLITK_SMS) -> int:
+    """Pipeline stages of a TMA split-K program of a BLOCK_M x BLOCK_N x BLOCK_K tile of
+    16-bit operands in a grid of ``programs`` (see TMA_SPLITK_SMEM): on one wave a program
+    has a multiprocessor to itself and takes the deepest pipeline its shared memory holds
+    (loads in flight are what a product this small is bound by), on more it takes
+    TMA_SPLITK_WAVES_STAGES."""
+    fit = TMA_SPLITK_SMEM // ((bm + bn) * bk * 2)
+    if programs <= sms:
+        return max(2, min(TMA_SPLITK_MAX_STAGES, fit))
+    return max(2, min(TMA_SPLITK_WAVES_STAGES, fit))
+
+
 def tma_splitk_configs(problem: Problem) -> list[Config]:
     """The TMA split-K configs offered for a problem the TMA kernels take
     (:func:`tma_eligible`) of at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at
-    most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the candidate tiles of TMA_SPLITK_NARROW (rows rounded up
-    to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE, each with :func:`tma_split`'s
-    split (one slice included: a non-persistent grid of small tiles), the expected best
-    first."""
+    most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the tiles of
+    TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE,
+    each with :func:`tma_split`'s split (one slice included: a non-persistent grid) and
+    :func:`tma_stages`' pipeline. The expected best first: tiles that fit one wave unsplit,
+    the most tiles first (the fullest wave before a split: cuBLAS runs these products as
+    one wave of tiles with deep pipelines too), then the others, the fewest tiles first."""
     m, n, k = problem.m, problem.n, problem.k
     if not tma_eligible(problem) or problem.acc != "float32" \
             or (m * k + k * n) * 2 < TMA_SPLITK_MIN_BYTES:
@@ -281,14 +304,19 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
         return []
     if m <= 64:
         block = max(16, triton.next_power_of_2(m))
-        tiles = [(block, bn, bk, warps, min(SPLITK_MAX_STAGES,
-                                            TMA_SPLITK_SMEM // ((block + bn) * bk * 2)))
-                 for bn, bk, warps in TMA_SPLITK_NARROW]
+        shapes = [(block, bn, bk, warps) for bn, bk, warps in TMA_SPLITK_NARROW]
     else:
-        tiles = list(TMA_SPLITK_WIDE)
+        shapes = list(TMA_SPLITK_WIDE)
+
+    def tiles(shape: tuple[int, int, int, int]) -> int:
+        return triton.cdiv(m, shape[0]) * triton.cdiv(n, shape[1])
+
+    ranked = sorted(shapes, key=lambda shape: (tiles(shape) > SPLITK_SMS,
+                                               abs(SPLITK_SMS - tiles(shape))))
     found = []
-    for bm, bn, bk, warps, stages in tiles:
-        split = tma_split(triton.cdiv(m, bm) * triton.cdiv(n, bn), triton.cdiv(k, bk))
+    for bm, bn, bk, warps in ranked:
+        split = tma_split(tiles((bm, bn, bk, warps)), triton.cdiv(k, bk))
+        stages = tma_stages(bm, bn, bk, tiles((bm, bn, bk, warps)) * split)
         found.append(_tma_splitk_config(bm, bn, bk, split, warps, stages))
     return found
 

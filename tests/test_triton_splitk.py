@@ -395,6 +395,66 @@ def test_tma_split_choice():
     assert tma_split(8, 64, sms=64) == 8  # the count of multiprocessors given
 
 
+def test_tma_stages_fill_shared_memory_on_one_wave_only():
+    """One wave of programs: the deepest pipeline TMA_SPLITK_SMEM holds (at most
+    TMA_SPLITK_MAX_STAGES); a larger grid: TMA_SPLITK_WAVES_STAGES, fewer where they do not
+    fit; never under two."""
+    from multibackend.backends.triton import (TMA_SPLITK_MAX_STAGES, TMA_SPLITK_SMEM,
+                                              TMA_SPLITK_WAVES_STAGES, tma_stages)
+
+    assert tma_stages(64, 64, 128, 128) == 7  # 32 KB a stage
+    assert tma_stages(128, 128, 64, 132) == 7
+    assert tma_stages(64, 128, 64, 64) == 9
+    assert tma_stages(16, 64, 128, 96) == min(TMA_SPLITK_MAX_STAGES, 11)
+    assert tma_stages(64, 64, 128, 133) == TMA_SPLITK_WAVES_STAGES
+    assert tma_stages(16, 256, 64, 501) == TMA_SPLITK_WAVES_STAGES
+    assert tma_stages(128, 256, 64, 96) == 4
+    assert tma_stages(64, 256, 128, 1000) == 2  # 80 KB a stage: two fit
+    assert tma_stages(64, 64, 128, 64, sms=32) == TMA_SPLITK_WAVES_STAGES  # two waves here
+    for bm, bn, bk in [(16, 64, 256), (64, 256, 64), (128, 256, 64), (64, 64, 256)]:
+        for programs in (1, 132, 1000):
+            stages = tma_stages(bm, bn, bk, programs)
+            assert 2 <= stages and (stages == 2 or stages * (bm + bn) * bk * 2
+                                    <= TMA_SPLITK_SMEM), (bm, bn, bk, programs)
+
+
+@pytest.mark.parametrize("shape, first", [
+    ((128, 4096, 4096), "tma_splitk_64x64x128_s1_w4_st7"),
+    ((512, 4096, 4096), "tma_splitk_128x128x64_s1_w8_st7"),
+    ((1024, 1024, 1024), "tma_splitk_64x128x64_s1_w4_st9"),
+    ((512, 6144, 4096), "tma_splitk_128x256x64_s1_w8_st4"),
+    ((1, 14336, 4096), "tma_splitk_16x128x128_s1_w4_st6"),
+    ((1, 128256, 4096), "tma_splitk_16x256x64_s1_w4_st3"),
+    ((128, 128, 65536), "tma_splitk_64x64x128_s32_w4_st7")])
+def test_tma_splitk_ranks_the_fullest_single_wave_first(monkeypatch, shape, first):
+    """Tiles that fit one wave unsplit come first, the most tiles first; then the others,
+    the fewest tiles first; each with its split and :func:`tma_stages`' pipeline."""
+    import triton
+
+    m, n, _ = shape
+    _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
+    assert offered[0].name == first
+    tiles = [triton.cdiv(m, c.get("BLOCK_M")) * triton.cdiv(n, c.get("BLOCK_N"))
+             for c in offered]
+    single = [t for t in tiles if t <= 132]
+    assert tiles == sorted(single, reverse=True) + sorted(t for t in tiles if t > 132)
+
+
+def test_tma_splitk_tiles_at_their_deepest_fit_an_h100():
+    """Every tile the TMA split-K candidates use, at the deepest pipeline
+    :func:`tma_stages` gives it, compiles for sm_90 within an H100's shared memory: wgmma
+    for 64 rows and more, mma.sync for fewer."""
+    from multibackend.backends.triton import (TMA_SPLITK_NARROW, TMA_SPLITK_WIDE,
+                                              tma_stages)
+
+    tiles = [(bm, bn, bk, warps) for bm in (16, 32, 64) for bn, bk, warps in TMA_SPLITK_NARROW]
+    tiles += list(TMA_SPLITK_WIDE)
+    tiles = [tile + (tma_stages(*tile[:3], 1),) for tile in dict.fromkeys(tiles)]
+    for tile, info in zip(tiles, _aot_tiles("tma_few", "float16", tiles)):
+        assert info["tma_loads"] > 0 and info["shared"] <= 232448, (tile, info)
+        assert (info["wgmma"] > 0) == (tile[0] >= 64), (tile, info)
+
+
 def test_splitk_skinny_n_gets_tall_narrow_tiles(monkeypatch):
     _, offered = _gpu_configs(monkeypatch, synthetic(4096, 8, 4096, b_layout="col"))
     assert offered and all(c.get("BLOCK_N") == 16 for c in offered)
@@ -484,12 +544,20 @@ def test_bound_splitk_launch_passes_what_run_passes(monkeypatch, with_c):
     assert reduce_args[1] is (ops.c if with_c else ops.d) and reduce_args[2] is ops.d
 
 
-def _aot(kind: str, dtype: str) -> dict:
+def _aot_tiles(kind: str, dtype: str, tiles: list[tuple[int, ...]]) -> list[dict]:
+    """What :func:`main` reports of the ``kind`` kernel compiled for sm_90 with each of
+    ``tiles`` (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages; AOT_TILES[kind] if none), in a
+    process of its own (without the interpreter)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, str(Path(__file__)), kind, dtype], env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(Path(__file__)), kind, dtype,
+                          *(",".join(map(str, tile)) for tile in tiles)], env=env,
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _aot(kind: str, dtype: str) -> dict:
+    return _aot_tiles(kind, dtype, [])[0]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -544,7 +612,7 @@ AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
              "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4)}
 
 
-def _compile_splitk(kind: str, dtype: str):
+def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
     operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
     kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, or in slice
@@ -556,7 +624,7 @@ def _compile_splitk(kind: str, dtype: str):
 
     from multibackend.backends import triton_kernels as kernels
 
-    bm, bn, bk, warps, stages = AOT_TILES[kind]
+    bm, bn, bk, warps, stages = tile
     e = TYPES[dtype]
     t = f"*{e}"
     tile = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
@@ -595,10 +663,9 @@ def _compile_splitk(kind: str, dtype: str):
                           options={"num_warps": warps, "num_stages": stages})
 
 
-def main() -> None:
-    compiled = _compile_splitk(sys.argv[1], sys.argv[2])
+def _report(compiled) -> dict:
     ptx = compiled.asm["ptx"]
-    print(json.dumps({
+    return {
         "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
         "wgmma": ptx.count("wgmma.mma_async"),
         "mma_sync": ptx.count("mma.sync"),
@@ -610,7 +677,14 @@ def main() -> None:
                                         r"\.global)\.add(?:\.v[248])?\.f32", ptx)),
         "l2_loads": ptx.count("ld.global.cg"),
         "shared": compiled.metadata.shared,
-    }))
+    }
+
+
+def main() -> None:
+    kind, dtype = sys.argv[1], sys.argv[2]
+    tiles = [tuple(int(v) for v in tile.split(",")) for tile in sys.argv[3:]]
+    print(json.dumps([_report(_compile_splitk(kind, dtype, tile))
+                      for tile in tiles or [AOT_TILES[kind]]]))
 
 
 if __name__ == "__main__":
