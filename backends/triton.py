@@ -137,8 +137,14 @@ SUMS_CHUNKS = 32
 #: call's host time outweighs what a split saves (these launches build descriptors in
 #: Python, where the pointer kernel is launched by the compiled front)
 TMA_SPLITK_MIN_BYTES = 2 << 20
+#: a tile split in slices is offered unsplit too where its tiles fill this share of a wave:
+#: on an H100 (graph, f16 and bf16, same run) 64 tiles unsplit beat 2 slices at K = 4096
+#: (64x64x128 at 256x1024x4096: 1.04x against 0.99x torch.matmul; 16x64x256 at
+#: 16x4096x4096: 1.11x against 1.06x) and lost at K = 8192 (256x1024x8192: 0.98x against
+#: 1.06x); 16 tiles lost in 8 slices or 1 (64x1024x4096: 0.99x against 1.08x)
+TMA_SPLITK_UNSPLIT_WAVE = 0.25
 #: TMA split-K candidates that first-call autotuning times (the first ones offered)
-TMA_SPLITK_SHORTLIST = 3
+TMA_SPLITK_SHORTLIST = 4
 #: the split-K reduction: elements of D per program, and its warps
 REDUCE_ELEMENTS = 1024
 REDUCE_WARPS = 4
@@ -292,7 +298,8 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     (:func:`tma_eligible`) of at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at
     most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the tiles of
     TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE,
-    each with :func:`tma_split`'s split (one slice included: a non-persistent grid) and
+    each with :func:`tma_split`'s split (one slice included: a non-persistent grid), and
+    unsplit too where its tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave, each with
     :func:`tma_stages`' pipeline. The expected best first: tiles that fit one wave unsplit,
     the most tiles first (the fullest wave before a split: cuBLAS runs these products as
     one wave of tiles with deep pipelines too), then the others, the fewest tiles first."""
@@ -315,9 +322,12 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
                                                abs(SPLITK_SMS - tiles(shape))))
     found = []
     for bm, bn, bk, warps in ranked:
-        split = tma_split(tiles((bm, bn, bk, warps)), triton.cdiv(k, bk))
-        stages = tma_stages(bm, bn, bk, tiles((bm, bn, bk, warps)) * split)
-        found.append(_tma_splitk_config(bm, bn, bk, split, warps, stages))
+        count = tiles((bm, bn, bk, warps))
+        split = tma_split(count, triton.cdiv(k, bk))
+        unsplit = (1,) if split > 1 and count >= TMA_SPLITK_UNSPLIT_WAVE * SPLITK_SMS else ()
+        for slices in (split,) + unsplit:
+            stages = tma_stages(bm, bn, bk, count * slices)
+            found.append(_tma_splitk_config(bm, bn, bk, slices, warps, stages))
     return found
 
 

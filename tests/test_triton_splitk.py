@@ -440,6 +440,32 @@ def test_tma_splitk_ranks_the_fullest_single_wave_first(monkeypatch, shape, firs
     assert tiles == sorted(single, reverse=True) + sorted(t for t in tiles if t > 132)
 
 
+@pytest.mark.parametrize("shape, twins", [((1, 4096, 4096), True), ((256, 1024, 4096), True),
+                                           ((64, 1024, 4096), False),
+                                           ((128, 128, 65536), False)])
+def test_tma_splitk_offers_a_split_tile_unsplit_where_it_fills_a_quarter_wave(monkeypatch,
+                                                                              shape, twins):
+    """A tile :func:`tma_split` cuts in slices comes again unsplit, right after, where its
+    tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave (64 tiles: both measured best somewhere);
+    with fewer tiles only split."""
+    import triton
+
+    from multibackend.backends.triton import TMA_SPLITK_UNSPLIT_WAVE
+
+    m, n, _ = shape
+    _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
+    names = [c.name for c in offered]
+    found = 0
+    for i, config in enumerate(offered):
+        tiles = triton.cdiv(m, config.get("BLOCK_M")) * triton.cdiv(n, config.get("BLOCK_N"))
+        if config.get("SPLIT_K") > 1 and tiles >= TMA_SPLITK_UNSPLIT_WAVE * 132:
+            twin = re.sub(r"_s\d+_", "_s1_", config.name)
+            twin = re.sub(r"_st\d+$", f"_st{offered[i + 1].get('num_stages')}", twin)
+            assert names[i + 1] == twin, names
+            found += 1
+    assert bool(found) == twins, names
+
+
 def test_tma_splitk_tiles_at_their_deepest_fit_an_h100():
     """Every tile the TMA split-K candidates use, at the deepest pipeline
     :func:`tma_stages` gives it, compiles for sm_90 within an H100's shared memory: wgmma
