@@ -14,7 +14,8 @@ that separate programs multiply, added up by a second kernel or, with at most
 FUSED_MAX_SPLITS slices (``splitk_fused_...``), by the last program of each tile to finish
 (in slice order: deterministic). Aligned 16-bit ones on sm_90 are offered, first, the TMA
 split-K configs (``tma_splitk_...``, see :func:`tma_splitk_configs`): small tiles fetched
-by the TMA unit, about one wave of programs, up to TMA_SPLITK_MAX_SPLITS slices added into a
+by the TMA unit (some of them two column blocks wide, 192 or 320, where that gives a fuller
+single wave), about one wave of programs, up to TMA_SPLITK_MAX_SPLITS slices added into a
 float32 sum per tile by atomics, so the low bits of their results vary run to run; with
 ``torch.use_deterministic_algorithms(True)`` the same configs add the slices in slice order
 instead (bit-identical run to run, slower with many slices). Under
@@ -111,10 +112,17 @@ FUSED_MAX_SPLITS = 16
 #: best narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336,
 #: 16x256x64 at 28672 and over); 64x64x128 in one wave led at 128-512 rows of N = 1024-4096,
 #: 128x128x64 at 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32
-#: slices at 128x128x65536 and 64x128 in 8 at 256x512x32768.
+#: slices at 128x128x65536 and 64x128 in 8 at 256x512x32768. The last three are two column
+#: blocks wide (:func:`width_blocks`), as cuBLAS's one-wave tiles of these products are
+#: (192 = 128 + 64, 320 = 256 + 64): in one wave of 128 tiles, 128x192x64 (4 warps) ran
+#: 512x6144x4096 at 1.03x / 1.01x (f16 / bf16; the best power-of-two tile 0.90x / 0.89x),
+#: 64x320x64 ran 256x10240x8192 at 1.01x / 1.04x (0.88x / 0.91x) and, in 120 tiles,
+#: 1536^3 at 0.96x / 0.93x (0.83x / 0.82x); 128x320x32 in 7 stages ran 512x10240x8192 at
+#: 1.03x / 1.02x, against 0.94x / 0.92x for 128x320x64 in 4 (0.79x / 0.78x).
 TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
 TMA_SPLITK_WIDE = ((64, 64, 128, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8),
-                   (128, 256, 64, 8), (64, 128, 128, 4))
+                   (128, 256, 64, 8), (64, 128, 128, 4), (128, 192, 64, 4), (64, 320, 64, 4),
+                   (128, 320, 32, 8))
 #: pipeline stages of a TMA split-K program: where its grid is one wave (a program per
 #: multiprocessor) as many as TMA_SPLITK_SMEM holds, at most TMA_SPLITK_MAX_STAGES; where it
 #: is more, TMA_SPLITK_WAVES_STAGES (fewer where they do not fit). On an H100 (graph mode,
@@ -300,9 +308,11 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE,
     each with :func:`tma_split`'s split (one slice included: a non-persistent grid), and
     unsplit too where its tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave, each with
-    :func:`tma_stages`' pipeline. The expected best first: tiles that fit one wave unsplit,
-    the most tiles first (the fullest wave before a split: cuBLAS runs these products as
-    one wave of tiles with deep pipelines too), then the others, the fewest tiles first."""
+    :func:`tma_stages`' pipeline. A tile of two column blocks runs unsplit and is offered
+    only where its grid fits one wave and fills it fuller than any power-of-two tile's
+    does. The expected best first: tiles that fit one wave unsplit, the most tiles first
+    (the fullest wave before a split: cuBLAS runs these products as one wave of tiles with
+    deep pipelines too), then the others, the fewest tiles first."""
     m, n, k = problem.m, problem.n, problem.k
     if not tma_eligible(problem) or problem.acc != "float32" \
             or (m * k + k * n) * 2 < TMA_SPLITK_MIN_BYTES:
@@ -318,12 +328,19 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     def tiles(shape: tuple[int, int, int, int]) -> int:
         return triton.cdiv(m, shape[0]) * triton.cdiv(n, shape[1])
 
+    def two_blocks(shape: tuple[int, int, int, int]) -> bool:
+        return width_blocks(shape[1])[1] > 0
+
+    fullest = max((tiles(shape) for shape in shapes
+                   if not two_blocks(shape) and tiles(shape) <= SPLITK_SMS), default=0)
+    shapes = [shape for shape in shapes
+              if not two_blocks(shape) or fullest < tiles(shape) <= SPLITK_SMS]
     ranked = sorted(shapes, key=lambda shape: (tiles(shape) > SPLITK_SMS,
                                                abs(SPLITK_SMS - tiles(shape))))
     found = []
     for bm, bn, bk, warps in ranked:
         count = tiles((bm, bn, bk, warps))
-        split = tma_split(count, triton.cdiv(k, bk))
+        split = 1 if two_blocks((bm, bn, bk, warps)) else tma_split(count, triton.cdiv(k, bk))
         unsplit = (1,) if split > 1 and count >= TMA_SPLITK_UNSPLIT_WAVE * SPLITK_SMS else ()
         for slices in (split,) + unsplit:
             stages = tma_stages(bm, bn, bk, count * slices)
@@ -412,13 +429,30 @@ def _descriptor(t: Any, block: list[int]) -> Any:
     return TensorDescriptor(t, [rows, cols], [row_stride, 1], block)
 
 
+def _b_descriptor(problem: Problem, b: Any, bn: int, bk: int) -> Any:
+    """B's descriptor in BLOCK_K x ``bn`` tiles, or ``bn`` x BLOCK_K of its transpose when
+    column-major."""
+    return _descriptor(b.T, [bn, bk]) if problem.b.layout == "col" else _descriptor(b, [bk, bn])
+
+
 def _operand_descriptors(problem: Problem, a: Any, b: Any, bm: int, bn: int,
                          bk: int) -> tuple[bool, Any, Any]:
     """(whether B is read K-major, A's descriptor in BLOCK_M x BLOCK_K tiles, B's in
     BLOCK_K x BLOCK_N tiles, or BLOCK_N x BLOCK_K of its transpose when column-major)."""
-    b_kmajor = problem.b.layout == "col"
-    b_desc = _descriptor(b.T, [bn, bk]) if b_kmajor else _descriptor(b, [bk, bn])
-    return b_kmajor, _descriptor(a, [bm, bk]), b_desc
+    return (problem.b.layout == "col", _descriptor(a, [bm, bk]),
+            _b_descriptor(problem, b, bn, bk))
+
+
+def width_blocks(width: int) -> tuple[int, int]:
+    """A TMA split-K tile's width as the TMA kernel's two column blocks: (BLOCK_N, EXTRA_N),
+    the largest power of two in it and the rest (0, or a smaller power of two: 192 is
+    128 + 64). Raises ValueError for a width that is neither."""
+    block = 1 << (width.bit_length() - 1)
+    extra = width - block
+    if extra & (extra - 1):
+        raise ValueError(f"triton: a TMA split-K tile is {width} wide: a tile's width is a "
+                         f"power of two or the sum of two")
+    return block, extra
 
 
 def _tma_ready(t: Any) -> bool:
@@ -727,8 +761,13 @@ class TritonBackend(Backend):
 
         plan = self._splitk_statics(problem, config)
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        block, extra = width_blocks(bn)
+        if extra and plan.splits > 1:
+            raise InvalidArgument(f"triton: config is {config.name!r}: a tile {bn} wide (two "
+                                  f"column blocks) runs unsplit, not in {plan.splits} slices")
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
-        b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
+        b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, block, bk)
+        bx_desc = _b_descriptor(problem, b, extra, bk) if extra else b_desc
         has_c, scale = ops.c is not None, ops.alpha != 1
         c = _matrix(ops.c) if has_c else d
         tiles = plan.workspace[0]
@@ -746,12 +785,12 @@ class TritonBackend(Backend):
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
-            return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=SPLITK_GROUP_M,
-                        B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, ATOMIC=atomic,
+            return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
+                        GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, ATOMIC=atomic,
                         num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
         self._tma_splitk_launcher()(key, plan.grid[:2] + (1,), ops.stream,
-                                    (a_desc, b_desc, c, d, work, counters, *ints, ops.alpha,
+                                    (a_desc, b_desc, bx_desc, c, d, work, counters, *ints, ops.alpha,
                                      ops.beta), constexprs)
 
     def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
@@ -806,9 +845,12 @@ class TritonBackend(Backend):
             if tma_operands(sm90) and _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
                 self._launch_tma_splitk(problem, ops, config)
             else:  # operands the TMA unit cannot fetch (a batch, a column-major A, arrays
-                # off the 16-byte grid): the same tiles and split through plain loads
+                # off the 16-byte grid): the same split through plain loads, in tiles of
+                # the config's first column block
                 self._launch_splitk_fused(problem, ops, Config.of(
-                    config.name, **dict(config.params, kind="splitk", FUSED=True)))
+                    f"{config.name}_by_loads", **dict(
+                        config.params, kind="splitk", FUSED=True,
+                        BLOCK_N=width_blocks(config.get("BLOCK_N"))[0])))
         elif config.get("kind") == "splitk":
             self._launch_splitk(problem, ops, config)
         elif config.get("kind") != "tma":

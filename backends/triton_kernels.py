@@ -279,12 +279,23 @@ def matmul_splitk_fused_kernel(
 
 
 @triton.jit
+def _tma_b_tile(b_desc, off_k, off_n, B_KMAJOR: tl.constexpr):
+    """B's BLOCK_K x width tile at (off_k, off_n), read as such or, K-major, as the
+    transpose of its width x BLOCK_K tile."""
+    if B_KMAJOR:
+        b = b_desc.load([off_n, off_k]).T
+    else:
+        b = b_desc.load([off_k, off_n])
+    return b
+
+
+@triton.jit
 def matmul_tma_splitk_kernel(
-    a_desc, b_desc, c_ptr, d_ptr, w_ptr, count_ptr, M, N, K, K_SLICE,
+    a_desc, b_desc, bx_desc, c_ptr, d_ptr, w_ptr, count_ptr, M, N, K, K_SLICE,
     stride_cm, stride_cn, stride_dm, stride_dn, alpha, beta,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr,
-    SCALE: tl.constexpr, ATOMIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXTRA_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_KMAJOR: tl.constexpr,
+    HAS_C: tl.constexpr, SCALE: tl.constexpr, ATOMIC: tl.constexpr,
 ):
     """Split-K over tensor-memory-accelerator descriptors, in one kernel. Grid: (output
     tiles, slices of K). Program (tile, s) multiplies A and B over K in [s * K_SLICE,
@@ -294,24 +305,35 @@ def matmul_tma_splitk_kernel(
     sum per tile (ATOMIC: :func:`_summed_slice_stores`, ``w`` [tiles, BLOCK_M, BLOCK_N],
     zero at launch) or written whole and added in slice order by the last program of each
     tile to finish (:func:`_last_slice_stores`, ``w`` [tiles, slices, BLOCK_M, BLOCK_N]). A
-    matrix product of one batch entry, float32 accumulation."""
+    matrix product of one batch entry, float32 accumulation.
+
+    With EXTRA_N (a power of two below BLOCK_N; 0 for none) an output tile is BLOCK_N +
+    EXTRA_N wide, e.g. 192 = 128 + 64 or 80 = 64 + 16: widths a power-of-two block cannot
+    take, which let a grid of tiles match the multiprocessors (512x6144 in 128 tiles of
+    128x192). Each A tile loaded feeds two products, against B's BLOCK_N-wide tile
+    (``b_desc``) and the EXTRA_N-wide one beside it (``bx_desc``). Such a tile runs
+    unsplit (one slice)."""
     pid = tl.program_id(0)
     part = tl.program_id(1)
     splits = tl.num_programs(1)
-    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N + EXTRA_N, GROUP_M)
     off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_n = pid_n * (BLOCK_N + EXTRA_N)
     k_start = part * K_SLICE
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if EXTRA_N > 0:
+        acc_x = tl.zeros((BLOCK_M, EXTRA_N), dtype=tl.float32)
     for off_k in tl.range(k_start, min(k_start + K_SLICE, K), BLOCK_K):
         a = a_desc.load([off_m, off_k])
-        if B_KMAJOR:
-            b = b_desc.load([off_n, off_k]).T
-        else:
-            b = b_desc.load([off_k, off_n])
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, _tma_b_tile(b_desc, off_k, off_n, B_KMAJOR), acc)
+        if EXTRA_N > 0:
+            acc_x = tl.dot(a, _tma_b_tile(bx_desc, off_k, off_n + BLOCK_N, B_KMAJOR), acc_x)
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
+    if EXTRA_N > 0:
+        _epilogue(acc_x, c_ptr, d_ptr, 0, offs_m, off_n + BLOCK_N + tl.arange(0, EXTRA_N), M,
+                  N, 0, stride_cm, stride_cn, 0, stride_dm, stride_dn, alpha, beta,
+                  tl.float32, HAS_C, SCALE)
     if splits == 1:
         _epilogue(acc, c_ptr, d_ptr, 0, offs_m, offs_n, M, N, 0, stride_cm, stride_cn, 0,
                   stride_dm, stride_dn, alpha, beta, tl.float32, HAS_C, SCALE)

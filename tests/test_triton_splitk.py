@@ -189,6 +189,8 @@ def test_splitk_refuses_a_product_it_cannot_accumulate():
 
 #: the TMA split-K kernel in the interpreter: 16x32x32 tiles, K in at most 4 slices
 TMA_TILE = (16, 32, 32, 4, 4, 1)
+#: and unsplit 16x48x32 tiles: two column blocks, 32 and 16 wide
+TMA_WIDE_TILE = (16, 48, 32, 1, 4, 1)
 #: products whose rows lie on the 16-byte grid, ragged against the tile (M, N, K)
 TMA_SHAPES = [(1, 40, 256), (17, 72, 200), (33, 8, 136), (5, 96, 72)]
 
@@ -212,34 +214,41 @@ def _left_at_zero() -> bool:
     return all(not t.any() for t in held)
 
 
-def _tma_splitk_call(a, b, c=None, **kw):
+def _tma_splitk_call(a, b, c=None, *, tile=TMA_TILE, **kw):
     from multibackend.backends.triton import _tma_splitk_config
 
-    return _splitk(a, b, c, config=_tma_splitk_config(*TMA_TILE), **kw)
+    return _splitk(a, b, c, config=_tma_splitk_config(*tile), **kw)
+
+
+@pytest.fixture(params=[TMA_TILE, TMA_WIDE_TILE], ids=["split", "two_blocks"])
+def tma_tile(request):
+    return request.param
 
 
 @interpreter_only
 @pytest.mark.parametrize("shape", TMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_tma_splitk_exact_on_ragged_shapes(shape, deterministic):
+def test_tma_splitk_exact_on_ragged_shapes(shape, deterministic, tma_tile):
     """The TMA split-K kernel (descriptors zero-filling past M, N and K), B row- and
-    column-major: exact either way the slices are added, counters and sums left at zero."""
+    column-major, split or in tiles of two column blocks: exact either way the slices are
+    added, counters and sums left at zero."""
     m, n, k = shape
     gen = torch.Generator().manual_seed(m * 7919 + n * 31 + k)
     for layout in ("row", "col"):
         a, b = _ints((m, k), gen), _ints((k, n), gen, layout=layout)
-        _assert_exact(_tma_splitk_call(a, b), _reference(a, b))
+        _assert_exact(_tma_splitk_call(a, b, tile=tma_tile), _reference(a, b))
     assert _left_at_zero()
 
 
 @interpreter_only
-def test_tma_splitk_alpha_beta_c_and_float32_d(deterministic):
-    """The epilogue of the program that finishes a tile. (bf16 runs on the GPU only: the
-    interpreter's bf16 dot is wrong and this kernel does not upcast.)"""
+def test_tma_splitk_alpha_beta_c_and_float32_d(deterministic, tma_tile):
+    """The epilogue of the program that finishes a tile (of both column blocks). (bf16
+    runs on the GPU only: the interpreter's bf16 dot is wrong and this kernel does not
+    upcast.)"""
     gen = torch.Generator().manual_seed(27)
     a, b, c = _ints((17, 200), gen), _ints((200, 72), gen, layout="col"), _ints((17, 72), gen)
-    _assert_exact(_tma_splitk_call(a, b, c, alpha=-1.5, beta=0.25),
+    _assert_exact(_tma_splitk_call(a, b, c, alpha=-1.5, beta=0.25, tile=tma_tile),
                   _reference(a, b, c, -1.5, 0.25))
-    _assert_exact(_tma_splitk_call(a, b, alpha=2.0, out_dtype=torch.float32),
+    _assert_exact(_tma_splitk_call(a, b, alpha=2.0, out_dtype=torch.float32, tile=tma_tile),
                   _reference(a, b, alpha=2.0))
     assert _left_at_zero()
 
@@ -248,15 +257,38 @@ def test_tma_splitk_alpha_beta_c_and_float32_d(deterministic):
 @pytest.mark.parametrize("operands", [((2, 17, 136), (136, 40)), ((136, 24), (136, 40)),
                                       ((17, 136), (136, 36))],
                          ids=["batched", "a_column_major", "b_rows_off_the_grid"])
-def test_tma_splitk_on_operands_the_tma_unit_cannot_fetch_runs_the_pointer_kernel(operands):
+def test_tma_splitk_on_operands_the_tma_unit_cannot_fetch_runs_the_pointer_kernel(operands,
+                                                                                 tma_tile):
     """A TMA split-K Config handed in for a batched product, a column-major A or rows off
-    the 16-byte grid: the config's tiles and split through plain loads, exact."""
+    the 16-byte grid: the config's split through plain loads (in tiles of its first column
+    block), exact."""
     gen = torch.Generator().manual_seed(28)
     a, b = _ints(operands[0], gen), _ints(operands[1], gen)
     if operands[0] == (136, 24):
         a = a.T
-    _assert_exact(_tma_splitk_call(a, b), _reference(a, b))
+    _assert_exact(_tma_splitk_call(a, b, tile=tma_tile), _reference(a, b))
     assert _left_at_zero()
+
+
+@interpreter_only
+def test_tma_splitk_refuses_to_split_a_tile_of_two_blocks():
+    from multibackend.errors import InvalidArgument
+
+    gen = torch.Generator().manual_seed(29)
+    a, b = _ints((17, 256), gen), _ints((256, 72), gen)
+    with pytest.raises(InvalidArgument, match="a tile 48 wide .* runs unsplit, not in 4 "
+                                              "slices"):
+        _tma_splitk_call(a, b, tile=(16, 48, 32, 4, 4, 1))
+
+
+def test_width_blocks_are_a_power_of_two_and_a_smaller_one():
+    from multibackend.backends.triton import width_blocks
+
+    assert [width_blocks(w) for w in (64, 80, 96, 160, 192, 320)] == [
+        (64, 0), (64, 16), (64, 32), (128, 32), (128, 64), (256, 64)]
+    with pytest.raises(ValueError, match="is 112 wide: a tile's width is a power of two or "
+                                         "the sum of two"):
+        width_blocks(112)
 
 
 def _gpu_configs(monkeypatch, problem):
@@ -422,7 +454,10 @@ def test_tma_stages_fill_shared_memory_on_one_wave_only():
     ((128, 4096, 4096), "tma_splitk_64x64x128_s1_w4_st7"),
     ((512, 4096, 4096), "tma_splitk_128x128x64_s1_w8_st7"),
     ((1024, 1024, 1024), "tma_splitk_64x128x64_s1_w4_st9"),
-    ((512, 6144, 4096), "tma_splitk_128x256x64_s1_w8_st4"),
+    ((512, 6144, 4096), "tma_splitk_128x192x64_s1_w4_st5"),
+    ((256, 10240, 8192), "tma_splitk_64x320x64_s1_w4_st4"),
+    ((512, 10240, 8192), "tma_splitk_128x320x32_s1_w8_st8"),
+    ((1536, 1536, 1536), "tma_splitk_64x320x64_s1_w4_st4"),
     ((1, 14336, 4096), "tma_splitk_16x128x128_s1_w4_st6"),
     ((1, 128256, 4096), "tma_splitk_16x256x64_s1_w4_st3"),
     ((128, 128, 65536), "tma_splitk_64x64x128_s32_w4_st7")])
@@ -438,6 +473,32 @@ def test_tma_splitk_ranks_the_fullest_single_wave_first(monkeypatch, shape, firs
              for c in offered]
     single = [t for t in tiles if t <= 132]
     assert tiles == sorted(single, reverse=True) + sorted(t for t in tiles if t > 132)
+
+
+@pytest.mark.parametrize("shape, widths", [
+    ((512, 6144, 4096), [192]), ((256, 10240, 8192), [320, 192]), ((1536, 1536, 1536), [320, 192]),
+    ((512, 4096, 4096), []), ((2048, 2048, 2048), []), ((128, 4096, 4096), []),
+    ((4096, 4096, 4096), [])])
+def test_tma_splitk_offers_two_block_tiles_only_for_a_fuller_single_wave(monkeypatch, shape,
+                                                                         widths):
+    """A tile of two column blocks (192, 320 wide) is offered, unsplit, only where its grid
+    fits one wave and fills it fuller than any power-of-two tile's does (512x6144 in 128
+    tiles of 128x192, against 96 of 128x256); where a power-of-two tile fills a wave as
+    well (512x4096 in 128 tiles of 128x128), or none fits one, it is not."""
+    import triton
+
+    from multibackend.backends.triton import width_blocks
+
+    m, n, _ = shape
+    _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
+    tiles = {c.name: triton.cdiv(m, c.get("BLOCK_M")) * triton.cdiv(n, c.get("BLOCK_N"))
+             for c in offered}
+    two = [c for c in offered if width_blocks(c.get("BLOCK_N"))[1]]
+    assert [c.get("BLOCK_N") for c in two] == widths
+    fullest = max((t for c in offered if not width_blocks(c.get("BLOCK_N"))[1]
+                   for t in [tiles[c.name]] if t <= 132), default=0)
+    for config in two:
+        assert config.get("SPLIT_K") == 1 and fullest < tiles[config.name] <= 132, config.name
 
 
 @pytest.mark.parametrize("shape, twins", [((1, 4096, 4096), True), ((256, 1024, 4096), True),
@@ -610,11 +671,12 @@ def test_fused_splitk_kernel_counts_tiles_with_one_acquire_release_atomic(dtype)
     assert info["shared"] <= 232448, info
 
 
-@pytest.mark.parametrize("kind", ["tma_few", "tma_skinny", "tma_ordered"])
+@pytest.mark.parametrize("kind", ["tma_few", "tma_skinny", "tma_ordered", "tma_kmajor"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
-    """The TMA split-K kernel: tiles fetched by bulk tensor copies (no cp.async of
-    threads), wgmma for a 64-row tile and mma.sync for a 16-row one, one acquire-release
+    """The TMA split-K kernel (and in a tile of two column blocks from a K-major B): tiles
+    fetched by bulk tensor copies (no cp.async of threads), wgmma for a 64-row tile and
+    mma.sync for a 16-row one, one acquire-release
     counter atomic and L2 reads as in the fused kernel, float32 atomic adds at GPU scope
     where it sums slices by atomics and none where it adds them in slice order, within the
     shared memory of an H100."""
@@ -635,14 +697,15 @@ def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
 #: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) of the tiles compiled ahead of time
 AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
              "fused": (128, 128, 64, 8, 4), "tma_few": (64, 128, 128, 4, 4),
-             "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4)}
+             "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4),
+             "tma_kmajor": (128, 192, 64, 4, 5)}
 
 
 def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
     operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
     kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, or in slice
-    order for ``tma_ordered``)."""
+    order for ``tma_ordered``; B read K-major for ``tma_kmajor``)."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -656,13 +719,20 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     tile = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
     pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False)
     if kind.startswith("tma"):
+        from multibackend.backends.triton import width_blocks
+
         fn = kernels.matmul_tma_splitk_kernel
+        block, extra = width_blocks(bn)
+        tile.update(BLOCK_N=block, EXTRA_N=extra)
+        kmajor = kind == "tma_kmajor"
+        b_tiles = [[bk, width] if not kmajor else [width, bk] for width in (block, extra or block)]
         args = [("a_desc", f"tensordesc<{e}[{bm}, {bk}]>"),
-                ("b_desc", f"tensordesc<{e}[{bk}, {bn}]>"), ("c_ptr", t), ("d_ptr", t),
+                ("b_desc", f"tensordesc<{e}{b_tiles[0]}>"),
+                ("bx_desc", f"tensordesc<{e}{b_tiles[1]}>"), ("c_ptr", t), ("d_ptr", t),
                 ("w_ptr", "*fp32"), ("count_ptr", "*i32"), ("M", "i32"), ("N", "i32"),
                 ("K", "i32"), ("K_SLICE", "i32"), ("stride_cm", "i32"), ("stride_dm", "i32"),
                 ("alpha", "fp32"), ("beta", "fp32")]
-        consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=False, HAS_C=False,
+        consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=kmajor, HAS_C=False,
                       SCALE=False, ATOMIC=kind != "tma_ordered")
     elif kind == "fused":
         fn = kernels.matmul_splitk_fused_kernel

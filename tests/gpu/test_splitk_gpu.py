@@ -1,12 +1,13 @@
 """GPU tier for the Triton backend's split-K kernels (two-kernel, fused and TMA): every
-split-K config offered for a decode-sized, a few-tile and a deep-K product, exact on
-small-integer operands against float64 with and without alpha, beta and C and with B in
-both layouts, run again on fresh operands; on random operands (float32 sums whose order
-matters), with torch's deterministic algorithms on, the same bits from a CUDA graph's
-replays as from the first call, and with them off (the TMA kernel adding slices by atomics)
-results within a bound of the slice-order ones, graph replays included; and the fused
-kernels' tile counters and float32 sums: one buffer per stream, none allocated while
-capturing, left at zero, and two streams running the same product at once both exact."""
+split-K config offered for a decode-sized, a few-tile and a deep-K product and for two
+that get TMA tiles of two column blocks, exact on small-integer operands against float64
+with and without alpha, beta and C and with B in both layouts, run again on fresh
+operands; on random operands (float32 sums whose order matters), with torch's
+deterministic algorithms on, the same bits from a CUDA graph's replays as from the first
+call, and with them off (the TMA kernel adding slices by atomics) results within a bound
+of the slice-order ones, graph replays included; and the fused kernels' tile counters and
+float32 sums: one buffer per stream, none allocated while capturing, left at zero, and two
+streams running the same product at once both exact."""
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,10 @@ import multibackend as mb  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-#: a decode-sized product (ragged N and K), a few-tile one, and a deep-K one with ragged M
-SHAPES = [(7, 1000, 4104), (1000, 1000, 1000), (130, 136, 8200)]
+#: a decode-sized product (ragged N and K), a few-tile one, a deep-K one with ragged M, and
+#: two offered TMA tiles of two column blocks (128x192 and 64x320, ragged M, N and K)
+SHAPES = [(7, 1000, 4104), (1000, 1000, 1000), (130, 136, 8200), (500, 6104, 1000),
+          (250, 10200, 1032)]
 
 
 def _ints(shape, gen):
