@@ -106,7 +106,11 @@ INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
 #: the adding over many programs)
 FUSED_MAX_SPLITS = 16
 #: TMA split-K candidate tiles (:func:`tma_splitk_configs`): for at most 64 rows (BLOCK_N,
-#: BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64; else (BLOCK_M, BLOCK_N,
+#: BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64, and 16 for 17-32 rows too
+#: (two row tiles give twice the grid: 32x4096x4096 ran in 128 tiles of 16x64x256 at 1.01x /
+#: 1.00x torch.matmul, f16 / bf16, against 0.95x / 0.92x for the best 32-row tile; the best
+#: of the shortlist over 18 products of 24-32 rows: 1.018 / 1.014 against 0.998 / 0.994,
+#: none slower); else (BLOCK_M, BLOCK_N,
 #: BLOCK_K, warps). Each problem ranks them by its grid (:func:`tma_splitk_configs`), in
 #: this order on a tie. From H100 sweeps of decode and few-tile products (graph mode): the
 #: best narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336,
@@ -305,7 +309,8 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     """The TMA split-K configs offered for a problem the TMA kernels take
     (:func:`tma_eligible`) of at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at
     most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the tiles of
-    TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64: at most 64 rows) or TMA_SPLITK_WIDE,
+    TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64, and 16 for 17-32 rows too: at most 64
+    rows) or TMA_SPLITK_WIDE,
     each with :func:`tma_split`'s split (one slice included: a non-persistent grid), and
     unsplit too where its tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave, each with
     :func:`tma_stages`' pipeline. A tile of two column blocks runs unsplit and is offered
@@ -321,7 +326,8 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
         return []
     if m <= 64:
         block = max(16, triton.next_power_of_2(m))
-        shapes = [(block, bn, bk, warps) for bn, bk, warps in TMA_SPLITK_NARROW]
+        blocks = (16, 32) if block == 32 else (block,)
+        shapes = [(rows, bn, bk, warps) for rows in blocks for bn, bk, warps in TMA_SPLITK_NARROW]
     else:
         shapes = list(TMA_SPLITK_WIDE)
 

@@ -347,12 +347,12 @@ def _tma_splitk(monkeypatch, problem):
     return backend, [c for c in backend.configs(problem) if c.get("kind") == "tma_splitk"]
 
 
-@pytest.mark.parametrize("shape", [(1, 4096, 4096), (7, 1024, 4096), (48, 14336, 4096),
-                                   (128, 4096, 4096), (768, 768, 768), (2048, 2048, 2048),
-                                   (256, 512, 32768)])
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (7, 1024, 4096), (24, 4096, 4096),
+                                   (48, 14336, 4096), (128, 4096, 4096), (768, 768, 768),
+                                   (2048, 2048, 2048), (256, 512, 32768)])
 def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, shape):
     """Aligned 16-bit products with at most 64 rows get tiles of their rows rounded up to
-    16, 32 or 64, wider ones the wide tiles; each split fills at most one wave with slices
+    16, 32 or 64 (17-32 rows 16-row tiles too), wider ones the wide tiles; each split fills at most one wave with slices
     of at least TMA_SPLITK_MIN_STEPS steps, none empty; they come first among the tiles
     and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
     import triton
@@ -368,13 +368,16 @@ def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, 
         assert re.fullmatch(r"tma_splitk_\d+x\d+x\d+_s\d+_w\d+_st\d+", config.name)
         bm, bn, bk = (config.get(key) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
         if m <= 64:
-            assert bm == max(16, triton.next_power_of_2(m)), config.name
+            rows = max(16, triton.next_power_of_2(m))
+            assert bm == rows or (rows == 32 and bm == 16), config.name
         split, steps = config.get("SPLIT_K"), triton.cdiv(k, bk)
         tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
         assert 1 <= split <= TMA_SPLITK_MAX_SPLITS and (split == 1 or tiles * split <= 132)
         per = triton.cdiv(steps, split)
         assert triton.cdiv(steps, per) == split
         assert split == 1 or per >= TMA_SPLITK_MIN_STEPS, config.name
+    if 16 < m <= 32:
+        assert {c.get("BLOCK_M") for c in offered} == {16, 32}
     shortlist = backend._shortlist(problem, 132)
     assert shortlist[:TMA_SPLITK_SHORTLIST] == offered[:TMA_SPLITK_SHORTLIST]
 
@@ -459,6 +462,8 @@ def test_tma_stages_fill_shared_memory_on_one_wave_only():
     ((512, 10240, 8192), "tma_splitk_128x320x32_s1_w8_st8"),
     ((1536, 1536, 1536), "tma_splitk_64x320x64_s1_w4_st4"),
     ((1, 14336, 4096), "tma_splitk_16x128x128_s1_w4_st6"),
+    ((32, 4096, 4096), "tma_splitk_16x64x256_s1_w4_st5"),
+    ((32, 28672, 4096), "tma_splitk_32x256x64_s1_w4_st6"),
     ((1, 128256, 4096), "tma_splitk_16x256x64_s1_w4_st3"),
     ((128, 128, 65536), "tma_splitk_64x64x128_s32_w4_st7")])
 def test_tma_splitk_ranks_the_fullest_single_wave_first(monkeypatch, shape, first):
