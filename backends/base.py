@@ -82,6 +82,34 @@ class Operands:
     extra: dict = field(default_factory=dict)
 
 
+class AutotunePicks:
+    """What a backend's "autotune" config picked, per problem, in this process: the problem
+    asked about last is found by identity, so a repeated call does not hash its Problem."""
+
+    def __init__(self) -> None:
+        self._by_problem: dict[Problem, Config] = {}
+        self._last: tuple = (None, None)  # (problem, its pick) of the last lookup
+
+    def get(self, problem: Problem) -> Config | None:
+        """The pick for ``problem``, None before one is made."""
+        if self._last[0] is problem:
+            return self._last[1]
+        picked = self._by_problem.get(problem)
+        if picked is not None:
+            self._last = (problem, picked)
+        return picked
+
+    def pick(self, problem: Problem, choose: Callable[[], Config]) -> Config:
+        """The pick for ``problem``, made by ``choose()`` (which times the candidates) the
+        first time and remembered."""
+        picked = self.get(problem)
+        if picked is None:
+            picked = choose()
+            self._by_problem[problem] = picked
+            self._last = (problem, picked)
+        return picked
+
+
 class Backend(abc.ABC):
     """One way of running matmul/dot. Subclasses fill in ``name`` and ``capability``."""
 

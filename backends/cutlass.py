@@ -33,7 +33,7 @@ import functools
 from typing import Any
 
 from multibackend import cutlass_build, cutlass_emit, driver, dtypes, native, staging, toolchain
-from multibackend.backends.base import Backend, Config, Operands
+from multibackend.backends.base import AutotunePicks, Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument, KernelRefused
 from multibackend.problem import Problem
@@ -368,8 +368,7 @@ class CutlassBackend(Backend):
         self._prepared: dict[tuple[Problem, str], _Prepared] = {}
         self._last: tuple = (None, None, None)  # (problem, config, prepared) of the last run
         self._libraries: dict[cutlass_emit.Candidate, cutlass_build.Library] = {}
-        self._best: dict[Problem, Config] = {}  # the "autotune" config's pick per problem
-        self._last_best: tuple = (None, None)  # (problem, its pick) of the last lookup
+        self._picks = AutotunePicks()
 
     def available(self) -> Reason | None:
         try:
@@ -487,22 +486,13 @@ class CutlassBackend(Backend):
         return prepared
 
     def autotuned(self, problem: Problem) -> Config | None:
-        """The "autotune" config's pick for ``problem``: the last one asked for is found by
-        identity (no hashing of the problem on a repeated call)."""
-        last = self._last_best
-        if last[0] is problem:
-            return last[1]
-        best = self._best.get(problem)
-        if best is not None:
-            self._last_best = (problem, best)
-        return best
+        return self._picks.get(problem)
 
     def _autotuned(self, problem: Problem, operands: Operands) -> Config:
         """The fastest config of :func:`autotune_shortlist` for ``problem``, timed on
         ``operands`` at its first call in this process (its kernels built first, in parallel,
         where the cache lacks them) and remembered."""
-        best = self.autotuned(problem)
-        if best is None:
+        def choose() -> Config:
             from multibackend.timing import fastest
 
             shortlist = autotune_shortlist(problem)
@@ -512,8 +502,9 @@ class CutlassBackend(Backend):
                 raise KernelRefused(f"CUTLASS: no kernel of the autotune shortlist "
                                     f"({', '.join(c.name for c in shortlist)}) ran "
                                     f"{problem.describe()}")
-            self._best[problem] = best
-        return best
+            return best
+
+        return self._picks.pick(problem, choose)
 
     def run(self, problem: Problem, operands: Operands, config: Config) -> None:
         if config.name == AUTOTUNE.name:

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import triton
 
 from multibackend import driver, dtypes, native, staging
-from multibackend.backends.base import Backend, Config, Operands
+from multibackend.backends.base import AutotunePicks, Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
 from multibackend.problem import Problem
@@ -506,8 +506,7 @@ class TritonBackend(Backend):
 
     def __init__(self) -> None:
         self._capability = _capability()
-        self._best: dict[Problem, Config] = {}
-        self._last_best: tuple = (None, None)  # (problem, its best config), by identity
+        self._picks = AutotunePicks()
         self._matmul_launcher: Launcher | None = None
         self._tma_kept: Launcher | None = None
         self._dot_pair: tuple[Launcher, Launcher] | None = None
@@ -901,25 +900,22 @@ class TritonBackend(Backend):
         return picked + ([fill] if fill not in picked else [])
 
     def autotuned(self, problem: Problem) -> Config | None:
-        return self._best.get(problem)
+        return self._picks.get(problem)
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem
         (:func:`multibackend.timing.fastest`), timed once per process (the tuner,
         :func:`multibackend.tune`, times them all)."""
-        if self._last_best[0] is problem:
-            return self._last_best[1]
-        best = self._best.get(problem)
-        if best is None:
+        def choose() -> Config:
             from multibackend.timing import fastest
 
             best = fastest(self._shortlist(problem, self._sm_count(ops.d)),
                            lambda candidate: self._launch(problem, ops, candidate))
             if best is None:
                 raise RuntimeError(f"triton: no tile compiled for {problem.describe()}")
-            self._best[problem] = best
-        self._last_best = (problem, best)
-        return best
+            return best
+
+        return self._picks.pick(problem, choose)
 
     # -- dot ------------------------------------------------------------------------------
     def _launch_dot(self, problem: Problem, ops: Operands, config: Config) -> None:

@@ -59,6 +59,27 @@ def test_problem_is_frozen_and_keyed():
     assert synthetic(8, 8, 256, "bit").a.cols == 32  # packed 8 per byte along K
 
 
+def test_autotune_picks_are_made_once_per_problem_and_found_by_identity_or_equality():
+    from multibackend.backends.base import AutotunePicks, Config
+
+    picks, made = AutotunePicks(), []
+
+    def choose(name):
+        def make():
+            made.append(name)
+            return Config.of(name)
+        return make
+
+    problem, twin = synthetic(64, 64, 64), synthetic(64, 64, 64)
+    assert problem == twin and problem is not twin
+    assert picks.get(problem) is None
+    first = picks.pick(problem, choose("first"))
+    assert picks.pick(problem, choose("again")) is first and picks.get(twin) is first
+    other = synthetic(64, 64, 128)
+    assert picks.pick(other, choose("other")).name == "other"
+    assert picks.get(problem) is first and made == ["first", "other"]
+
+
 def test_batched_broadcast_and_c():
     a = torch.randn(3, 5, 7)
     b = torch.randn(7, 2)
