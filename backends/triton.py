@@ -105,24 +105,22 @@ INTERPRETER_SPLITK = (16, 32, 32, 3, 4, 1)
 #: every slice's partial alone; more slices go to the two-kernel reduction, which spreads
 #: the adding over many programs)
 FUSED_MAX_SPLITS = 16
-#: TMA split-K candidate tiles (:func:`tma_splitk_configs`): for at most 64 rows (BLOCK_N,
-#: BLOCK_K, warps), BLOCK_M the rows rounded up to 16, 32 or 64, and 16 for 17-32 rows too
-#: (two row tiles give twice the grid: 32x4096x4096 ran in 128 tiles of 16x64x256 at 1.01x /
-#: 1.00x torch.matmul, f16 / bf16, against 0.95x / 0.92x for the best 32-row tile; the best
-#: of the shortlist over 18 products of 24-32 rows: 1.018 / 1.014 against 0.998 / 0.994,
-#: none slower); else (BLOCK_M, BLOCK_N,
-#: BLOCK_K, warps). Each problem ranks them by its grid (:func:`tma_splitk_configs`), in
-#: this order on a tie. From H100 sweeps of decode and few-tile products (graph mode): the
-#: best narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336,
-#: 16x256x64 at 28672 and over); 64x64x128 in one wave led at 128-512 rows of N = 1024-4096,
-#: 128x128x64 at 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32
-#: slices at 128x128x65536 and 64x128 in 8 at 256x512x32768. The last three are two column
-#: blocks wide (:func:`width_blocks`), as cuBLAS's one-wave tiles of these products are
-#: (192 = 128 + 64, 320 = 256 + 64): in one wave of 128 tiles, 128x192x64 (4 warps) ran
-#: 512x6144x4096 at 1.03x / 1.01x (f16 / bf16; the best power-of-two tile 0.90x / 0.89x),
-#: 64x320x64 ran 256x10240x8192 at 1.01x / 1.04x (0.88x / 0.91x) and, in 120 tiles,
-#: 1536^3 at 0.96x / 0.93x (0.83x / 0.82x); 128x320x32 in 7 stages ran 512x10240x8192 at
-#: 1.03x / 1.02x, against 0.94x / 0.92x for 128x320x64 in 4 (0.79x / 0.78x).
+#: TMA split-K candidate tiles (:func:`tma_splitk_configs`): for at most 64 rows (BLOCK_N, BLOCK_K,
+#: warps), BLOCK_M the rows rounded up to 16, 32 or 64, and 16 for 17-32 rows too (two row tiles
+#: give twice the grid: 32x4096x4096 ran in 128 tiles of 16x64x256 at 1.01x / 1.00x torch.matmul,
+#: f16 / bf16, against 0.95x / 0.92x for the best 32-row tile; the best of the shortlist over 18
+#: products of 24-32 rows: 1.018 / 1.014 against 0.998 / 0.994, none slower); else (BLOCK_M,
+#: BLOCK_N, BLOCK_K, warps). Each problem ranks them by its grid (:func:`tma_splitk_configs`), in
+#: this order on a tie. From H100 sweeps of decode and few-tile products (graph mode): the best
+#: narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336, 16x256x64 at 28672
+#: and over); 64x64x128 in one wave led at 128-512 rows of N = 1024-4096, 128x128x64 at
+#: 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32 slices at 128x128x65536 and
+#: 64x128 in 8 at 256x512x32768. The last three are two column blocks wide (:func:`width_blocks`),
+#: as cuBLAS's one-wave tiles of these products are (192 = 128 + 64, 320 = 256 + 64): in one wave of
+#: 128 tiles, 128x192x64 (4 warps) ran 512x6144x4096 at 1.03x / 1.01x (f16 / bf16; the best
+#: power-of-two tile 0.90x / 0.89x), 64x320x64 ran 256x10240x8192 at 1.01x / 1.04x (0.88x / 0.91x)
+#: and, in 120 tiles, 1536^3 at 0.96x / 0.93x (0.83x / 0.82x); 128x320x32 in 7 stages ran
+#: 512x10240x8192 at 1.03x / 1.02x, against 0.94x / 0.92x for 128x320x64 in 4 (0.79x / 0.78x).
 TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
 TMA_SPLITK_WIDE = ((64, 64, 128, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8),
                    (128, 256, 64, 8), (64, 128, 128, 4), (128, 192, 64, 4), (64, 320, 64, 4),
@@ -306,18 +304,17 @@ def tma_stages(bm: int, bn: int, bk: int, programs: int, sms: int = SPLITK_SMS) 
 
 
 def tma_splitk_configs(problem: Problem) -> list[Config]:
-    """The TMA split-K configs offered for a problem the TMA kernels take
-    (:func:`tma_eligible`) of at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at
-    most SPLITK_NARROW rows) or has fewer 128x256 output tiles than two waves: the tiles of
-    TMA_SPLITK_NARROW (rows rounded up to 16, 32 or 64, and 16 for 17-32 rows too: at most 64
-    rows) or TMA_SPLITK_WIDE,
-    each with :func:`tma_split`'s split (one slice included: a non-persistent grid), and
-    unsplit too where its tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave, each with
-    :func:`tma_stages`' pipeline. A tile of two column blocks runs unsplit and is offered
-    only where its grid fits one wave and fills it fuller than any power-of-two tile's
-    does. The expected best first: tiles that fit one wave unsplit, the most tiles first
-    (the fullest wave before a split: cuBLAS runs these products as one wave of tiles with
-    deep pipelines too), then the others, the fewest tiles first."""
+    """The TMA split-K configs offered for a problem the TMA kernels take (:func:`tma_eligible`) of
+    at least TMA_SPLITK_MIN_BYTES of A and B that is skinny (at most SPLITK_NARROW rows) or has
+    fewer 128x256 output tiles than two waves: the tiles of TMA_SPLITK_NARROW (rows rounded up
+    to 16, 32 or 64, and 16 for 17-32 rows too: at most 64 rows) or TMA_SPLITK_WIDE, each with
+    :func:`tma_split`'s split (one slice included: a non-persistent grid), and unsplit too where
+    its tiles fill TMA_SPLITK_UNSPLIT_WAVE of a wave, each with :func:`tma_stages`' pipeline. A
+    tile of two column blocks runs unsplit and is offered only where its grid fits one wave and
+    fills it fuller than any power-of-two tile's does. The expected best first: tiles that fit
+    one wave unsplit, the most tiles first (the fullest wave before a split: cuBLAS runs these
+    products as one wave of tiles with deep pipelines too), then the others, the fewest tiles
+    first."""
     m, n, k = problem.m, problem.n, problem.k
     if not tma_eligible(problem) or problem.acc != "float32" \
             or (m * k + k * n) * 2 < TMA_SPLITK_MIN_BYTES:
@@ -327,7 +324,8 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     if m <= 64:
         block = max(16, triton.next_power_of_2(m))
         blocks = (16, 32) if block == 32 else (block,)
-        shapes = [(rows, bn, bk, warps) for rows in blocks for bn, bk, warps in TMA_SPLITK_NARROW]
+        shapes = [(rows, bn, bk, warps) for rows in blocks
+                  for bn, bk, warps in TMA_SPLITK_NARROW]
     else:
         shapes = list(TMA_SPLITK_WIDE)
 
@@ -791,12 +789,13 @@ class TritonBackend(Backend):
 
         def constexprs() -> dict[str, Any]:
             return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
-                        GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, ATOMIC=atomic,
-                        num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+                        GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
+                        ATOMIC=atomic, num_warps=config.get("num_warps"),
+                        num_stages=config.get("num_stages"))
 
         self._tma_splitk_launcher()(key, plan.grid[:2] + (1,), ops.stream,
-                                    (a_desc, b_desc, bx_desc, c, d, work, counters, *ints, ops.alpha,
-                                     ops.beta), constexprs)
+                                    (a_desc, b_desc, bx_desc, c, d, work, counters, *ints,
+                                     ops.alpha, ops.beta), constexprs)
 
     def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
         if self._splitk_pair is None:

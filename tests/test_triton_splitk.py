@@ -351,10 +351,10 @@ def _tma_splitk(monkeypatch, problem):
                                    (48, 14336, 4096), (128, 4096, 4096), (768, 768, 768),
                                    (2048, 2048, 2048), (256, 512, 32768)])
 def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, shape):
-    """Aligned 16-bit products with at most 64 rows get tiles of their rows rounded up to
-    16, 32 or 64 (17-32 rows 16-row tiles too), wider ones the wide tiles; each split fills at most one wave with slices
-    of at least TMA_SPLITK_MIN_STEPS steps, none empty; they come first among the tiles
-    and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
+    """Aligned 16-bit products with at most 64 rows get tiles of their rows rounded up to 16, 32 or
+    64 (17-32 rows 16-row tiles too), wider ones the wide tiles; each split fills at most one
+    wave with slices of at least TMA_SPLITK_MIN_STEPS steps, none empty; they come first among
+    the tiles and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
     import triton
 
     from multibackend.backends.triton import (TMA_SPLITK_MAX_SPLITS, TMA_SPLITK_MIN_STEPS,
@@ -481,7 +481,8 @@ def test_tma_splitk_ranks_the_fullest_single_wave_first(monkeypatch, shape, firs
 
 
 @pytest.mark.parametrize("shape, widths", [
-    ((512, 6144, 4096), [192]), ((256, 10240, 8192), [320, 192]), ((1536, 1536, 1536), [320, 192]),
+    ((512, 6144, 4096), [192]), ((256, 10240, 8192), [320, 192]),
+    ((1536, 1536, 1536), [320, 192]),
     ((512, 4096, 4096), []), ((2048, 2048, 2048), []), ((128, 4096, 4096), []),
     ((4096, 4096, 4096), [])])
 def test_tma_splitk_offers_two_block_tiles_only_for_a_fuller_single_wave(monkeypatch, shape,
