@@ -459,6 +459,13 @@ def width_blocks(width: int) -> tuple[int, int]:
     return block, extra
 
 
+def _deterministic() -> bool:
+    """Whether torch is asked for deterministic algorithms (slices then added in order)."""
+    import torch
+
+    return torch.are_deterministic_algorithms_enabled()
+
+
 def _tma_ready(t: Any) -> bool:
     """The matrix as it is at launch meets the TMA unit's 16-byte rules."""
     return not (t.data_ptr() % 16 or any((s * t.element_size()) % 16
@@ -608,6 +615,12 @@ class TritonBackend(Backend):
         """The persistent TMA kernel through a kept launcher (Triton's binding of its
         arguments, each call, cost more host time than the kernel's launch): the descriptors
         are built per call, everything Triton specializes on is in the key."""
+        key, grid, args, constexprs = self._tma_launch(problem, ops, config)
+        self._tma_launcher()(key, grid, ops.stream, args, constexprs)
+
+    def _tma_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
+        """(the launcher's key, grid, the kernel's arguments, a constexprs builder) of the
+        persistent TMA kernel on these operands."""
         import triton.language as tl
 
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
@@ -631,9 +644,8 @@ class TritonBackend(Backend):
                         WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
                         num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
-        self._tma_launcher()(key, (programs, 1, 1), ops.stream,
-                             (a_desc, b_desc, d_desc, c, d, *ints, ops.alpha, ops.beta),
-                             constexprs)
+        return (key, (programs, 1, 1),
+                (a_desc, b_desc, d_desc, c, d, *ints, ops.alpha, ops.beta), constexprs)
 
     def _tma_launcher(self) -> Launcher:
         if self._tma_kept is None:
@@ -760,6 +772,12 @@ class TritonBackend(Backend):
         stream's tile counters with its zeroed float32 sums (atomic reduction) or, where
         torch is asked for deterministic algorithms, a fresh float32 workspace of every
         slice's partial (with one slice neither is touched: the counters stand in)."""
+        key, grid, args, constexprs, _ = self._tma_splitk_launch(problem, ops, config)
+        self._tma_splitk_launcher()(key, grid, ops.stream, args, constexprs)
+
+    def _tma_splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
+        """(the launcher's key, grid, the kernel's arguments, a constexprs builder, whether
+        its slices are summed by atomics) of the TMA split-K kernel on these operands."""
         import torch
 
         plan = self._splitk_statics(problem, config)
@@ -775,7 +793,7 @@ class TritonBackend(Backend):
         c = _matrix(ops.c) if has_c else d
         tiles = plan.workspace[0]
         counters = self._counters.get(d.device, ops.stream, tiles)
-        atomic = plan.splits > 1 and not torch.are_deterministic_algorithms_enabled()
+        atomic = plan.splits > 1 and not _deterministic()
         if atomic:
             work = self._sums.get(d.device, ops.stream, tiles * bm * bn)
         elif plan.splits > 1:
@@ -793,9 +811,9 @@ class TritonBackend(Backend):
                         ATOMIC=atomic, num_warps=config.get("num_warps"),
                         num_stages=config.get("num_stages"))
 
-        self._tma_splitk_launcher()(key, plan.grid[:2] + (1,), ops.stream,
-                                    (a_desc, b_desc, bx_desc, c, d, work, counters, *ints,
-                                     ops.alpha, ops.beta), constexprs)
+        return (key, plan.grid[:2] + (1,),
+                (a_desc, b_desc, bx_desc, c, d, work, counters, *ints, ops.alpha, ops.beta),
+                constexprs, atomic)
 
     def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
         if self._splitk_pair is None:
@@ -1019,29 +1037,49 @@ class TritonBackend(Backend):
 
     def native(self, problem: Problem, config: Config,
                operands: Operands) -> native.Native | None:
-        """The pointer kernel's kept launch with this call's integers, alpha and beta, for a
-        product without C (TMA tiles build descriptors per call, split-K a workspace: not
-        described); the dot's two passes with block partials the plan keeps, on the caller's
-        stream (the plan runs on that stream only)."""
+        """For a product without C: the pointer kernel's kept launch with this call's
+        integers, alpha and beta; a TMA kernel's, its descriptors' tensor maps encoded once
+        and pointed at each call's operands, and, where the TMA split-K kernel sums slices by
+        atomics, the tile counters and float32 sums of the caller's stream (the plan runs on
+        that stream only; not described where torch asks for deterministic algorithms, whose
+        workspace is made per call). The dot's two passes with block partials the plan keeps,
+        on the caller's stream. Split-K through pointers and staged configs: not described."""
         if problem.op == "dot":
             return self._dot_native(problem, config, operands)
         if operands.c is not None:
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if config.get("kind") in ("tma", "tma_splitk", "splitk") or staging.is_staged(config):
+        kind = config.get("kind")
+        if kind == "splitk" or staging.is_staged(config):
             return None
-        key, _, args, _ = self._matmul_launch(problem, operands, config)
-        kept = self._launcher().kept(key)
+        maps = {0: native.A + native.MAP, 1: native.B + native.MAP}
+        fixed, buffers, stream, atomic = {}, (), None, False
+        if kind == "tma":
+            key, _, args, _ = self._tma_launch(problem, operands, config)
+            kept = self._tma_launcher().kept(key)
+            sources = {**maps, 2: native.D + native.MAP, 3: native.D, 4: native.D}
+        elif kind == "tma_splitk":
+            if self._splitk_statics(problem, config).splits > 1 and _deterministic():
+                return None
+            key, _, args, _, atomic = self._tma_splitk_launch(problem, operands, config)
+            kept = self._tma_splitk_launcher().kept(key)
+            sources = {**maps, 2: native.B + native.MAP, 3: native.D, 4: native.D}
+            buffers, stream = args[5:7], operands.stream if atomic else None
+            fixed = {5: buffers[0].data_ptr(), 6: buffers[1].data_ptr()}
+        else:
+            key, _, args, _ = self._matmul_launch(problem, operands, config)
+            kept = self._launcher().kept(key)
+            sources = {0: native.A, 1: native.B, 2: native.D, 3: native.D}
         if kept is None:
             return None
-        step = native.triton_step(kept.compiled, kept.grid, (*args, *kept.tail),
-                                  {0: native.A, 1: native.B, 2: native.D, 3: native.D})
+        step = native.triton_step(kept.compiled, kept.grid, (*args, *kept.tail), sources, fixed,
+                                  stream, atomic)
         if step is None:
             return None
         device = operands.d.get_device()
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
-                             driver.primary_context(device), (step,), keep=(kept,))
+                             driver.primary_context(device), (step,), keep=(kept, *buffers))
 
 
 def create() -> Backend:

@@ -16,7 +16,9 @@
 //   plan) from a parameter buffer made once, with only the operands' pointers written per call
 //   (or, for a tensor map in it, its address replaced by cuTensorMapReplaceAddress), or a
 //   kernel library's entry point (mb_gemm) called with the pointers. It is served only while
-//   the plan's context is current on the thread and autograd has nothing to record.
+//   the plan's context is current on the thread and autograd has nothing to record, and a plan
+//   with a kernel that adds by atomics only while torch does not ask for deterministic
+//   algorithms.
 // serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or
 // autotune=mode) the same way from native plans remembered under the words "dot:backend" and
 // "dot:autotune", whose D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
@@ -27,6 +29,7 @@
 // the error.
 #include <Python.h>
 
+#include <ATen/Context.h>
 #include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -141,6 +144,8 @@ struct Step {
   // plan is that stream's; 0 is the legacy default stream)
   bool pinned = false;
   uintptr_t stream = 0;
+  // a kernel whose float additions run in an order that varies from run to run (atomics)
+  bool unordered = false;
 };
 
 struct Native {
@@ -148,6 +153,7 @@ struct Native {
   c10::ScalarType d_type;
   std::vector<int64_t> d_sizes;
   std::vector<Step> steps;
+  bool unordered = false;    // a step is: not run while torch asks for deterministic algorithms
   PyObject* keep = nullptr;  // what keeps the functions and shape arrays alive (owned)
 
   ~Native() { Py_XDECREF(keep); }
@@ -340,6 +346,7 @@ int stream_for(const Native& n, PyObject* getter, PyObject* arg, uintptr_t* stre
 // Run a native plan's steps on `stream` with the pointers of A, B and D: false when a launch was
 // refused (the Python path then runs the call and words the error).
 bool launch_steps(const Native& n, const uintptr_t pointers[3], uintptr_t stream) {
+  if (n.unordered && at::globalContext().deterministicAlgorithms()) return false;
   void* raw_stream = reinterpret_cast<void*>(stream);
   for (const Step& step : n.steps) {
     if (step.blas) {
@@ -765,7 +772,7 @@ bool blas_step_from(PyObject* item, bool on_device, Step* step) {
 }
 
 // A step from its tuple: (0, function, (gx, gy, gz), (bx, by, bz), smem, params (bytes), offsets,
-// slots ((offset, source), ...), pinned, stream) for a kernel, (1, entry address, shape address,
+// slots ((offset, source), ...), unordered, pinned, stream) for a kernel, (1, entry address, shape address,
 // (sources of a, b, c, d), alpha, beta, pinned, stream) for an entry point; false on an error.
 bool step_from(PyObject* item, bool on_device, Step* step) {
   if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1) {
@@ -774,7 +781,7 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
   }
   const long kind = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
   unsigned long long n = 0;
-  if (kind == 0 && PyTuple_GET_SIZE(item) == 10) {
+  if (kind == 0 && PyTuple_GET_SIZE(item) == 11) {
     if (!on_device) {
       PyErr_SetString(PyExc_ValueError, "remember_native: a kernel step needs a CUDA context");
       return false;
@@ -786,7 +793,8 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
         PyTuple_GET_SIZE(block) != 3 || !PyBytes_Check(params) || !PyTuple_Check(offsets) ||
         !PyTuple_Check(slots)) {
       PyErr_Format(PyExc_ValueError, "remember_native: kernel step %R: expected (0, function, "
-                   "grid (3), block (3), smem, params (bytes), offsets, slots, pinned, stream)",
+                   "grid (3), block (3), smem, params (bytes), offsets, slots, unordered, pinned, "
+                   "stream)",
                    item);
       return false;
     }
@@ -841,6 +849,9 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
       }
       step->slots.emplace_back(static_cast<size_t>(n), static_cast<int>(source));
     }
+    const int unordered = PyObject_IsTrue(PyTuple_GET_ITEM(item, 8));
+    if (unordered < 0) return false;
+    step->unordered = unordered == 1;
     return stream_from(item, step);
   }
   if (kind == 1 && PyTuple_GET_SIZE(item) == 8) {
@@ -874,7 +885,7 @@ bool step_from(PyObject* item, bool on_device, Step* step) {
   }
   if (kind == 2 && PyTuple_GET_SIZE(item) == 9) return blas_step_from(item, on_device, step);
   if (!PyErr_Occurred())
-    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 9 fields), "
+    PyErr_Format(PyExc_ValueError, "remember_native: step %R: expected a kernel (0, 10 fields), "
                  "an entry point (1, 7 fields) or a cuBLAS GEMM (2, 8 fields)", item);
   return false;
 }
@@ -906,6 +917,7 @@ std::shared_ptr<Native> native_from(PyObject* context, PyObject* d_dtype, PyObje
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(steps); ++i) {
     Step step;
     if (!step_from(PyTuple_GET_ITEM(steps, i), native->context != nullptr, &step)) return nullptr;
+    native->unordered = native->unordered || step.unordered;
     native->steps.push_back(std::move(step));
   }
   Py_INCREF(keep);

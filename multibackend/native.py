@@ -24,6 +24,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
+from . import tensormap
+
 #: the operand a pointer argument is written from on each call
 A, B, D = 0, 1, 2
 #: added to a slot's operand: the parameter is a tensor map (128 bytes, at a multiple of 64 in
@@ -35,7 +37,10 @@ MAP = 4
 class KernelStep:
     """One kernel launch: ``params`` packed, ``offsets`` each parameter's place in it, ``slots``
     the (offset, operand) pairs written with the operands' pointers per call; ``stream`` the
-    only stream it may run on (a launch whose scratch buffer belongs to one), None for any."""
+    only stream it may run on (a launch whose scratch buffer belongs to one), None for any;
+    ``unordered`` where the kernel adds floats in an order that varies from run to run
+    (atomics): the front then leaves calls to the Python path while torch is asked for
+    deterministic algorithms."""
 
     function: int
     grid: tuple[int, int, int]
@@ -45,10 +50,11 @@ class KernelStep:
     offsets: tuple[int, ...]
     slots: tuple[tuple[int, int], ...]
     stream: int | None = None
+    unordered: bool = False
 
     def wire(self) -> tuple:
         return (0, self.function, self.grid, self.block, self.smem, self.params, self.offsets,
-                self.slots, *_pinned(self.stream))
+                self.slots, self.unordered, *_pinned(self.stream))
 
 
 @dataclass(frozen=True)
@@ -109,16 +115,28 @@ class Native:
     keep: tuple = ()
 
 
+#: the code :func:`packed` takes for a tensor map's bytes, placed at a multiple of 64
+TENSOR_MAP = "map"
+
+
 def packed(params: list[tuple[str, Any]]) -> tuple[bytes, tuple[int, ...]]:
     """(the values of ``params``, a list of (struct format code, value), each at its natural
-    alignment, and each one's offset)."""
+    alignment, and each one's offset). A :data:`TENSOR_MAP` value is a tensor map's 128
+    bytes, aligned as the driver replaces its address in place."""
     data = bytearray()
     offsets = []
     for code, value in params:
-        size = struct.calcsize(code)
-        data += bytes(-len(data) % size)
+        if code == TENSOR_MAP:
+            if len(value) != tensormap.SIZE:
+                raise ValueError(f"packed: a tensor map of {len(value)} bytes: expected "
+                                 f"{tensormap.SIZE}")
+            raw, align = value, tensormap.ALIGN
+        else:
+            raw = struct.pack(code, value)
+            align = len(raw)
+        data += bytes(-len(data) % align)
         offsets.append(len(data))
-        data += struct.pack(code, value)
+        data += raw
     return bytes(data), tuple(offsets)
 
 
@@ -153,15 +171,19 @@ def _hooked(hook: Any) -> bool:
 
 def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
                 sources: dict[int, int], fixed: dict[int, int] | None = None,
-                stream: int | None = None) -> KernelStep | None:
+                stream: int | None = None, unordered: bool = False) -> KernelStep | None:
     """The launch of a compiled Triton kernel with ``args`` (every parameter of the kernel,
     constexprs included, in order) as Triton's launcher makes it: the non-constexpr
-    parameters in order, a pointer per ``*`` type, then the global and profile scratch
-    pointers (null). ``sources`` maps the position of each pointer argument to the operand
-    it takes; ``fixed`` the position of each other one to the address it always takes (a
-    buffer the plan keeps, on ``stream``: see :class:`KernelStep`). None where that launcher does more than one plain launch (clusters,
-    cooperative or programmatic launches, scratch memory, launch hooks, tensor descriptors,
-    16-bit float or tuple arguments) or the kernel is not loaded."""
+    parameters in order, a pointer per ``*`` type, a host tensor descriptor as its tensor map
+    (:func:`multibackend.tensormap.triton_map`), its shape (32-bit) and its strides (64-bit),
+    then the global and profile scratch pointers (null). ``sources`` maps the position of each
+    pointer argument to the operand it takes, and of each descriptor to the operand (plus
+    :data:`MAP`) whose address its map takes per call; ``fixed`` the position of each other
+    pointer to the address it always takes (a buffer the plan keeps, on ``stream``; see
+    :class:`KernelStep` for ``unordered``). None where that launcher does more than one plain
+    launch (clusters, cooperative or programmatic launches, scratch memory, launch hooks,
+    descriptors it passes as pointers, 16-bit float or tuple arguments) or the kernel is not
+    loaded."""
     from triton import knobs
 
     meta = compiled.metadata
@@ -174,6 +196,7 @@ def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
     types = list(compiled.src.signature.values())
     if len(types) != len(args):
         return None
+    maps = iter(getattr(meta, "tensordesc_meta", None) or ())
     params: list[tuple[str, Any]] = []
     pointer_positions = []
     for position, (kind, value) in enumerate(zip(types, args)):
@@ -181,7 +204,17 @@ def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
             continue
         if not isinstance(kind, str):
             return None
-        if kind.startswith("*"):
+        if kind.startswith("tensordesc"):
+            described = next(maps, None)
+            source = sources.get(position)
+            if described is None or described.get("fp4_padded") or source is None \
+                    or not source & MAP:
+                return None
+            pointer_positions.append((len(params), source))
+            params.append((TENSOR_MAP, tensormap.triton_map(described, value)))
+            params += [("i", int(size)) for size in value.shape]
+            params += [("q", int(step)) for step in value.strides]
+        elif kind.startswith("*"):
             if position in sources:
                 pointer_positions.append((len(params), sources[position]))
                 params.append(("Q", 0))
@@ -197,4 +230,4 @@ def triton_step(compiled: Any, grid: tuple[int, int, int], args: tuple,
     data, offsets = packed(params)
     slots = tuple((offsets[index], source) for index, source in pointer_positions)
     return KernelStep(int(compiled.function), tuple(grid), (32 * meta.num_warps, 1, 1),
-                      int(meta.shared), data, offsets, slots, stream)
+                      int(meta.shared), data, offsets, slots, stream, unordered)

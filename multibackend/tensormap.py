@@ -27,6 +27,9 @@ MAX_BOX_ROWS = 256
 #: CUtensorMapDataType UINT8, CUtensorMapInterleave NONE, CUtensorMapSwizzle 128B,
 #: CUtensorMapL2promotion L2_256B, CUtensorMapFloatOOBfill NONE (zeros)
 _UINT8, _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _FILL_ZEROS = 0, 0, 3, 3, 0
+#: CUtensorMapL2promotion L2_128B and CUtensorMapFloatOOBfill NAN_REQUEST_ZERO_FMA: what
+#: Triton's launcher encodes its descriptors with (its padding "nan" asks for the latter)
+_L2_128B, _FILL_NAN = 2, 1
 
 
 @functools.cache
@@ -42,6 +45,12 @@ def _functions() -> tuple[Any, Any]:
     replace.restype = ctypes.c_int
     replace.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     return encode, replace
+
+
+def _aligned_buffer() -> tuple[Any, int]:
+    """(a buffer, the address in it) of a tensor map's bytes, aligned as the driver needs."""
+    raw = ctypes.create_string_buffer(SIZE + ALIGN)
+    return raw, -(-ctypes.addressof(raw) // ALIGN) * ALIGN
 
 
 def _failed(call: str, result: int) -> KernelRefused:
@@ -74,8 +83,7 @@ class TensorMap:
                                   f"hold 8 .. {MAX_BOX_ROWS} rows, a multiple of 8 (one "
                                   "swizzle atom)")
         self.name = name
-        self._raw = ctypes.create_string_buffer(SIZE + ALIGN)
-        self._at = -(-ctypes.addressof(self._raw) // ALIGN) * ALIGN
+        self._raw, self._at = _aligned_buffer()
         self.address = address
         encode, _ = _functions()
         dims = (ctypes.c_uint64 * 3)(kbytes, rows, batch)
@@ -106,3 +114,33 @@ class TensorMap:
 
     def bytes(self) -> bytes:
         return ctypes.string_at(self._at, SIZE)
+
+
+def triton_map(meta: dict, desc: Any) -> bytes:
+    """The 128 bytes of the tensor map Triton's launcher encodes for the host tensor
+    descriptor ``desc`` (``triton.tools.tensor_descriptor.TensorDescriptor``) of a kernel
+    compiled with ``meta`` (its entry of the kernel's ``tensordesc_meta``): the same call of
+    ``cuTensorMapEncodeTiled`` (data type, swizzle and box from ``meta``; the descriptor's
+    shape, its strides in bytes and its base's address; L2 promotion by 128 bytes; zeros, or
+    NaN where the descriptor pads with NaN, outside the tensor), so a launch that carries these
+    bytes reads what Triton's launch of the same descriptor reads. Raises
+    :class:`KernelRefused` when the driver refuses the map."""
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+
+    shape, strides = list(desc.shape), list(desc.strides)
+    rank, size = len(shape), int(meta["elem_size"])
+    dims = (ctypes.c_uint64 * rank)(*reversed(shape))
+    steps_bytes = (ctypes.c_uint64 * max(1, rank - 1))(*[size * s for s in reversed(strides[:-1])])
+    box = (ctypes.c_uint32 * rank)(*reversed(list(meta["block_size"])))
+    ones = (ctypes.c_uint32 * rank)(*[1] * rank)
+    fill = _FILL_NAN if desc.padding == "nan" else _FILL_ZEROS
+    raw, at = _aligned_buffer()
+    address = desc.base.data_ptr()
+    result = _functions()[0](at, TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], rank, address,
+                             dims, steps_bytes, box, ones, _INTERLEAVE_NONE,
+                             int(meta["swizzle"]), _L2_128B, fill)
+    if result:
+        raise _failed(f"cuTensorMapEncodeTiled of a Triton descriptor (address {address:#x}, "
+                      f"shape {shape}, strides {strides}, block {list(meta['block_size'])})",
+                      result)
+    return ctypes.string_at(at, SIZE)

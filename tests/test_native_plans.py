@@ -4,7 +4,8 @@ makes) whose entry point is a C function made by ctypes stands in for a kernel l
 mb_gemm: it checks that the front passes each operand's pointer where the step says, the
 shape array, alpha and beta, allocates D as the plan says, and that a refused launch, autograd
 or a changed environment leave the call to the Python path. Triton's parameter packing is
-checked against a compiled kernel's signature as Triton's launcher reads it."""
+checked against a compiled kernel's signature as Triton's launcher reads it, host tensor
+descriptors included (their tensor maps encoded as Triton encodes them)."""
 from __future__ import annotations
 
 import ctypes
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import fastcall, native, plans
+from multibackend import fastcall, native, plans, tensormap
 
 pytestmark = pytest.mark.skipif(fastcall.compiler() is None,
                                 reason="no C++ compiler ($CXX, c++ or g++) to build the front")
@@ -127,7 +128,8 @@ def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
 def test_wrong_native_plans_say_what_is_wrong(module):
     a = small_ints(2, 2)
     env, gen = (None,) * 3, 0
-    kernel = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0, 8), ((0, native.A),), False, 0)
+    kernel = native.KernelStep(1, (1, 1, 1), (32, 1, 1), 0, bytes(16), (0, 8),
+                               ((0, native.A),)).wire()
     with pytest.raises(ValueError, match="a kernel step needs a CUDA context"):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 0,
                                (kernel,), None)
@@ -157,7 +159,10 @@ def test_kernel_steps_check_their_parameter_buffer(module):
     either, saying which; with both, its parameter buffer is checked."""
     a = small_ints(2, 2)
     env, gen = (None,) * 3, 0
-    step = (0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), (), False, 0)
+    def kernel(params, offsets, slots):
+        return native.KernelStep(1, (1, 1, 1), (32, 1, 1), 0, params, offsets, slots).wire()
+
+    step = kernel(bytes(8), (0,), ())
 
     def remember(*steps):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 1,
@@ -177,16 +182,15 @@ def test_kernel_steps_check_their_parameter_buffer(module):
                 remember(step)
             return
         with pytest.raises(ValueError, match="an 8-byte pointer, .* within 8 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (0,), ((4, native.A),), False, 0))
+            remember(kernel(bytes(8), (0,), ((4, native.A),)))
         # a tensor map: 128 bytes at a multiple of 64
         for offset, size in ((0, 64), (8, 256)):
             with pytest.raises(ValueError, match="a 128-byte tensor map at a multiple of 64"):
-                remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(size), (0,),
-                          ((offset, native.A + native.MAP),), False, 0))
+                remember(kernel(bytes(size), (0,), ((offset, native.A + native.MAP),)))
         with pytest.raises(ValueError, match="at most 4096 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8192), (0,), (), False, 0))
+            remember(kernel(bytes(8192), (0,), ()))
         with pytest.raises(ValueError, match="offset 8 past 8 bytes"):
-            remember((0, 1, (1, 1, 1), (32, 1, 1), 0, bytes(8), (8,), (), False, 0))
+            remember(kernel(bytes(8), (8,), ()))
         gemm = native.BlasStep(1, 2, 3, (0,) * 13, (native.B, native.A, native.D), bytes(8))
         with pytest.raises(ValueError, match="13 ints"):
             remember(gemm.wire()[:4] + ((0,) * 12,) + gemm.wire()[5:])
@@ -254,6 +258,85 @@ def test_a_triton_launch_with_an_unknown_pointer_or_type_is_not_described(monkey
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda *a: None)
     assert native.triton_step(compiled_kernel(SIGNATURE), (1, 1, 1), args,
                               {0: 0, 1: 1, 2: 2}) is None
+
+
+class FakeEncoder:
+    """libcuda's cuTensorMapEncodeTiled as :func:`multibackend.tensormap.triton_map` calls it:
+    each call recorded (data type, rank, address, dims, byte strides, box, element strides,
+    interleave, swizzle, L2 promotion, fill), its map filled with a marker and the address."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def __call__(self, out, dtype, rank, address, dims, strides, box, steps, interleave,
+                 swizzle, promotion, fill):
+        assert out % tensormap.ALIGN == 0
+        self.calls.append((dtype, rank, address, tuple(dims[:rank]), tuple(strides[:rank - 1]),
+                           tuple(box[:rank]), tuple(steps[:rank]), interleave, swizzle,
+                           promotion, fill))
+        ctypes.memmove(out, struct.pack("<QQ", 0x7E45, address).ljust(tensormap.SIZE, b"\0"),
+                       tensormap.SIZE)
+        return 0
+
+
+def descriptor(address, shape, strides, padding="zero"):
+    """A host tensor descriptor as Triton's launcher reads it."""
+    return SimpleNamespace(base=SimpleNamespace(data_ptr=lambda: address), shape=shape,
+                           strides=strides, padding=padding)
+
+
+#: a kernel's entry of ``tensordesc_meta``: bfloat16 (Triton's device-side type 9), the
+#: 128-byte swizzle, boxes of 64 rows by 128 columns
+MAP_META = dict(swizzle=3, elem_size=2, elem_type=9, block_size=[64, 128], fp4_padded=False)
+MAP_SIGNATURE = {"a_desc": "tensordesc<bf16[64, 128]>", "d": "*bf16", "M": "i32",
+                 "BLOCK": "constexpr"}
+
+
+@pytest.fixture
+def encoder(monkeypatch):
+    fake = FakeEncoder()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake, None))
+    return fake
+
+
+def test_a_triton_descriptor_is_packed_as_its_tensor_map_shape_and_strides(encoder):
+    """A tensor-descriptor parameter goes as Triton's launcher passes it: the tensor map (at
+    a multiple of 64, its address re-pointed per call at the operand its slot names), the
+    shape as 32-bit and the strides as 64-bit integers; the map encoded as Triton encodes it
+    (dims and box innermost first, strides in bytes, Triton's type 9 as the driver's
+    bfloat16 (8), L2 promotion by 128 bytes, zeros outside, or NaN where it pads so)."""
+    kernel = compiled_kernel(MAP_SIGNATURE, tensordesc_meta=[MAP_META])
+    args = (descriptor(0x1000, [300, 520], [528, 1]), "D", 300, 64)
+    step = native.triton_step(kernel, (2, 1, 1), args, {0: native.A + native.MAP, 1: native.D},
+                              stream=5, unordered=True)
+    assert step is not None
+    assert encoder.calls == [(8, 2, 0x1000, (520, 300), (1056,), (128, 64), (1, 1), 0, 3, 2, 0)]
+    # the map (128), the shape (2 x 4), the strides (2 x 8), d, M, the two scratch pointers
+    assert step.offsets == (0, 128, 132, 136, 144, 152, 160, 168, 176)
+    assert step.slots == ((0, native.A + native.MAP), (152, native.D))
+    params = step.params
+    assert struct.unpack_from("<QQ", params, 0) == (0x7E45, 0x1000)
+    assert struct.unpack_from("iiqq", params, 128) == (300, 520, 528, 1)
+    assert struct.unpack_from("i", params, 160) == (300,)
+    assert step.wire()[8:] == (True, True, 5)
+    native.triton_step(kernel, (2, 1, 1), (descriptor(0x2000, [8, 64], [64, 1], "nan"),
+                                           *args[1:]), {0: native.B + native.MAP, 1: native.D})
+    assert encoder.calls[-1][2] == 0x2000 and encoder.calls[-1][-1] == 1
+
+
+def test_a_triton_descriptor_that_cannot_be_re_pointed_is_not_described(encoder):
+    """No tensor map where the kernel takes the descriptor as a pointer (no meta), holds
+    fp4 padded, or its slot names no map source."""
+    args = (descriptor(0x1000, [300, 520], [528, 1]), "D", 300, 64)
+    sources = {0: native.A + native.MAP, 1: native.D}
+    for meta in (None, [dict(MAP_META, fp4_padded=True)]):
+        kernel = compiled_kernel(MAP_SIGNATURE, tensordesc_meta=meta)
+        assert native.triton_step(kernel, (1, 1, 1), args, sources) is None
+    kernel = compiled_kernel(MAP_SIGNATURE, tensordesc_meta=[MAP_META])
+    assert native.triton_step(kernel, (1, 1, 1), args, {0: native.A, 1: native.D}) is None
+    assert native.triton_step(kernel, (1, 1, 1), args, {1: native.D}) is None
+    with pytest.raises(ValueError, match="a tensor map of 64 bytes"):
+        native.packed([(native.TENSOR_MAP, bytes(64))])
 
 
 # -- CuPy callers: the front reads an array's dtype, shape, strides and data pointer ---------

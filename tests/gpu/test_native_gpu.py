@@ -1,7 +1,9 @@
 """GPU tier for native plans: a repeated call of raw WMMA, Triton or CUTLASS is launched by the
 compiled front (multibackend/native.py) from its third call on, gives bit for bit what the
 Python path's launch of the same kernel gives, runs on torch's current stream, is captured in
-a CUDA graph, and leaves autograd and every call it does not cover to the Python path."""
+a CUDA graph, and leaves autograd and every call it does not cover to the Python path. Each
+kind of Triton TMA launch (split-K unsplit, split, two column blocks; persistent) is described
+for the front and checked the same way."""
 from __future__ import annotations
 
 import pytest
@@ -176,6 +178,119 @@ def test_a_repeated_tma_raw_wmma_call_is_launched_by_the_front():
     graph.replay()
     torch.cuda.synchronize()
     _check(a, w.T, captured)
+
+
+# -- Triton's TMA kernels: descriptors as tensor maps the front re-points per call ------------
+
+#: a TMA split-K tile unsplit, split (slices added by atomics), two column blocks wide, and a
+#: persistent TMA tile, by name
+TRITON_TMA = {"unsplit": ("tma_splitk", (64, 128, 64, 1, 4, 4)),
+              "split": ("tma_splitk", (64, 64, 128, 4, 4, 4)),
+              "two_blocks": ("tma_splitk", (128, 192, 64, 1, 4, 4)),
+              "persistent": ("tma", (128, 128, 64, 4, 4, 8, False))}
+
+
+def _triton_tma_config(name):
+    from multibackend.backends import triton as tb
+
+    kind, tile = TRITON_TMA[name]
+    return tb._tma_splitk_config(*tile) if kind == "tma_splitk" else tb._tma_config(tile)
+
+
+def _tma_handed_over(config, a, b):
+    """D of ``config`` run by the Python path on (A, B), after which the backend's description
+    of that launch is handed to the front for calls ``matmul(A', B', backend="triton")`` with
+    A' and B' laid out as A and B (None where it describes none)."""
+    from multibackend import plans
+    from multibackend.backends.base import Operands
+
+    backend = REGISTRY.get("triton")
+    problem = matmul_call(a, b, None).problem
+    d = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float16, device="cuda")
+    ops = Operands(a, b, None, d, stream=torch.cuda.current_stream().cuda_stream)
+    backend.run(problem, ops, config)
+    launch = backend.native(problem, config, ops)
+    if launch is not None:
+        plans.hand_over_native(("backend", "triton"), a, b, launch)
+    return d, launch
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("name", list(TRITON_TMA))
+@pytest.mark.parametrize("shape", [(200, 520, 1000), (1, 392, 520)], ids=["200x520x1000",
+                                                                          "1x392x520"])
+def test_a_triton_tma_launch_is_launched_by_the_front(name, layout, shape):
+    """Each kind of Triton TMA launch, described for the front: its descriptors' tensor maps
+    encoded once as Triton's launcher encodes them, re-pointed at each call's A, B (and D)
+    by the front; the same bits as the Python path's launch of the same kernel, on other
+    operands too, in a CUDA graph, and on a side stream (a plan whose slices are summed by
+    atomics runs only on its own stream: the Python path takes that call)."""
+    _available("triton")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("Triton's TMA kernels need sm_90")
+    module = _front()
+    m, n, k = shape
+    config = _triton_tma_config(name)
+
+    def operands(seed):
+        a = _rand((m, k), seed=seed)
+        return a, (_rand((n, k), seed=seed + 1).T if layout == "col" else _rand((k, n),
+                                                                                  seed=seed + 1))
+
+    a, b = operands(31)
+    expected, launch = _tma_handed_over(config, a, b)
+    assert launch is not None, f"{config.name} was not described"
+    step, = launch.steps
+    assert step.unordered == (name == "split") and (step.stream is not None) == step.unordered
+    served = module.stats()[2]
+    by_front = mb.matmul(a, b, backend="triton")
+    assert module.stats()[2] == served + 1, f"{config.name} was not launched by the front"
+    assert torch.equal(by_front, expected), config.name
+    _check(a, b, by_front)
+    other_a, other_b = operands(33)
+    again = mb.matmul(other_a, other_b, backend="triton")
+    assert module.stats()[2] == served + 2
+    by_python = mb.matmul(other_a, other_b, backend="triton", config=config,
+                          out=torch.empty_like(again))
+    if name == "split":  # float32 sums added in arrival order: the last bit may differ
+        torch.testing.assert_close(again, by_python, rtol=2e-3, atol=2e-3)
+    else:
+        assert torch.equal(again, by_python), config.name
+    _check(other_a, other_b, again)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = mb.matmul(a, b, backend="triton")
+    assert module.stats()[2] == served + 3
+    a.copy_(_rand((m, k), seed=35))
+    graph.replay()
+    torch.cuda.synchronize()
+    _check(a, b, captured)
+    # last: a call the front leaves to the Python path plans it there, and that plan's own
+    # launch then replaces this one
+    on_side = _late_on_a_side_stream(a, lambda late: mb.matmul(late, b, backend="triton"))
+    assert module.stats()[2] == served + 3 + (name != "split")
+    _check(a, b, on_side)
+
+
+def test_a_triton_launch_summing_by_atomics_is_left_to_the_python_path_when_deterministic():
+    """With torch asked for deterministic algorithms, the front does not run a plan whose
+    kernel adds slices by atomics; the Python path runs the slice-order kernel instead."""
+    _available("triton")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("Triton's TMA kernels need sm_90")
+    module = _front()
+    a, b = _rand((72, 1000), seed=41), _rand((1000, 264), seed=42)
+    _, launch = _tma_handed_over(_triton_tma_config("split"), a, b)
+    assert launch is not None and launch.steps[0].unordered
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        served = module.stats()[2]
+        d = mb.matmul(a, b, backend="triton")
+        assert module.stats()[2] == served
+        _check(a, b, d)
+    finally:
+        torch.use_deterministic_algorithms(before)
 
 
 # -- a staged raw WMMA call: copies into buffers of the plan's stream, then the fast kernel ---
