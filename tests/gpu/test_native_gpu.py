@@ -207,12 +207,21 @@ def _tma_handed_over(config, a, b):
     backend = REGISTRY.get("triton")
     problem = matmul_call(a, b, None).problem
     d = torch.empty((a.shape[0], b.shape[1]), dtype=torch.float16, device="cuda")
-    ops = Operands(a, b, None, d, stream=torch.cuda.current_stream().cuda_stream)
+    ops = Operands(a, b, None, d, 1.0, 0.0, torch.cuda.current_stream().cuda_stream)
     backend.run(problem, ops, config)
     launch = backend.native(problem, config, ops)
     if launch is not None:
         plans.hand_over_native(("backend", "triton"), a, b, launch)
     return d, launch
+
+
+def _same(d, expected, name):
+    """The same bits, or for slices summed by atomics (float32 additions in arrival order)
+    within one rounding of float16."""
+    if name == "split":
+        torch.testing.assert_close(d, expected, rtol=2e-3, atol=1e-2)
+    else:
+        assert torch.equal(d, expected), name
 
 
 @pytest.mark.parametrize("layout", ["row", "col"])
@@ -245,17 +254,14 @@ def test_a_triton_tma_launch_is_launched_by_the_front(name, layout, shape):
     served = module.stats()[2]
     by_front = mb.matmul(a, b, backend="triton")
     assert module.stats()[2] == served + 1, f"{config.name} was not launched by the front"
-    assert torch.equal(by_front, expected), config.name
+    _same(by_front, expected, name)
     _check(a, b, by_front)
     other_a, other_b = operands(33)
     again = mb.matmul(other_a, other_b, backend="triton")
     assert module.stats()[2] == served + 2
     by_python = mb.matmul(other_a, other_b, backend="triton", config=config,
                           out=torch.empty_like(again))
-    if name == "split":  # float32 sums added in arrival order: the last bit may differ
-        torch.testing.assert_close(again, by_python, rtol=2e-3, atol=2e-3)
-    else:
-        assert torch.equal(again, by_python), config.name
+    _same(again, by_python, name)
     _check(other_a, other_b, again)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
