@@ -174,6 +174,10 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             exact = ("backend", backend), A, B
         elif defaults and backend == "auto":
             exact = ("autotune", autotune), A, B
+        elif config is not None and autotune is None and A.__class__ is _TENSOR and \
+                _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate,
+                             dtype, None):
+            exact = ("config", (backend, config)), A, B
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct, exact)
 
 
@@ -362,8 +366,10 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
             if limits is not None:
                 plans.remember_family(fam_key, plan.produce, limits)
         if exact is not None and plan.produce is not None and call.kind == "torch" and (
-                limits is None or not plans.below(exact[1], exact[2], (None, *limits))):
-            # no family serves this shape (one serves every shape below its bounds)
+                exact[0][0] != "backend" or limits is None
+                or not plans.below(exact[1], exact[2], (None, *limits))):
+            # no family serves this call (one serves every shape below its bounds, for calls
+            # with no option but a backend)
             plans.hand_over_exact(exact[0], exact[1], exact[2], plan.produce)
         elif exact is not None and plan.produce is not None and call.kind == "cupy":
             plans.hand_over_call_arrays(exact[0], exact[1], exact[2], plan.produce)

@@ -1,13 +1,15 @@
 // The compiled front of a repeated matmul on torch tensors (see fastcall.py).
 //
-// serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name)
-// and matmul(A, B, autotune=mode) where the plan Python made for the call (plans.py) is torch's
-// own op, reading what the plan's key holds straight from the C++ tensors:
+// serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name),
+// matmul(A, B, backend=name, config=c) and matmul(A, B, autotune=mode) where the plan Python
+// made for the call (plans.py) is torch's own op, reading what the plan's key holds straight
+// from the C++ tensors:
 // - a family plan (remember): the backend name, the dtypes, ranks and device, and size bounds
 //   the decision holds below;
 // - an exact plan (remember_exact), for a call whose decision depends on its shape (first-call
-//   autotuning, a shape past a family's bounds): the option word (backend or autotune) and its
-//   value, and each operand's dtype, sizes, strides, device and pointer offset within 256 bytes.
+//   autotuning, a shape past a family's bounds) or that names a config: the option word
+//   (backend, autotune, or config, whose value is the pair (backend, config)) and its value,
+//   and each operand's dtype, sizes, strides, device and pointer offset within 256 bytes.
 // Either is served only under the environment values and tables' generation it was made under,
 // by at::mm or at::matmul, the ops torch.mm and torch.matmul run.
 // - a native plan (remember_native), an exact plan whose D a kernel of ours makes: D is allocated
@@ -161,7 +163,7 @@ struct Native {
 
 // An exact plan: the option word it was asked with, and A and B exactly.
 struct Exact {
-  PyObject* word;   // "backend" or "autotune" (owned)
+  PyObject* word;   // "backend", "autotune" or "config" (owned)
   PyObject* value;  // the option's value (owned)
   int64_t device;
   Operand a, b;
@@ -181,6 +183,7 @@ PyObject* generation_cell = nullptr;  // a list whose one item is the tables' ge
 PyObject* backend_word = nullptr;    // "backend"
 PyObject* autotune_word = nullptr;   // "autotune"
 PyObject* auto_word = nullptr;       // "auto"
+PyObject* config_word = nullptr;     // "config": a named backend's config, as (backend, config)
 PyObject* dot_backend_word = nullptr;   // "dot:backend": dot's backend option
 PyObject* dot_autotune_word = nullptr;  // "dot:autotune"
 unsigned long long served_count = 0;
@@ -429,6 +432,30 @@ bool option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObjec
   return true;
 }
 
+// The option of a matmul on torch tensors: option_of's, or "config" at (backend, config) where
+// the one other keyword is a config, with a backend named and no autotuning; *packed then holds
+// that pair, a new reference the caller releases (null otherwise).
+bool matmul_option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObject** word,
+                      PyObject** value, PyObject** packed) {
+  *packed = nullptr;
+  if (!PyDict_CheckExact(options) || PyDict_GET_SIZE(options) != 1 || autotune != Py_None)
+    return option_of(backend, autotune, options, word, value);
+  PyObject* config = PyDict_GetItemWithError(options, config_word);  // borrowed
+  if (config == nullptr || config == Py_None || backend == Py_None || backend == auto_word ||
+      same_name(backend, auto_word)) {
+    PyErr_Clear();  // another keyword: not served here
+    return false;
+  }
+  *packed = PyTuple_Pack(2, backend, config);
+  if (*packed == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  *word = config_word;
+  *value = *packed;
+  return true;
+}
+
 // The word a dot's option is remembered under: "dot:backend" for "backend", "dot:autotune" for
 // "autotune".
 PyObject* dot_word(PyObject* word) {
@@ -487,9 +514,11 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   if (args[2] != Py_None) return PyObject_Vectorcall(fallback, args, 6, nullptr);
-  PyObject *word, *value;  // the one option the call is planned under
-  if (!option_of(args[3], args[4], args[5], &word, &value)) return missed();
-  return serve_tensors(args[0], args[1], word, value);
+  PyObject *word, *value, *packed;  // the one option the call is planned under
+  if (!matmul_option_of(args[3], args[4], args[5], &word, &value, &packed)) return missed();
+  PyObject* d = serve_tensors(args[0], args[1], word, value);
+  Py_XDECREF(packed);
+  return d;
 }
 
 PyObject* serve_dot(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
@@ -598,19 +627,20 @@ PyObject* remember(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-// An exact plan for calls with the option `word` ("backend" or "autotune", for dot "dot:backend" or
-// "dot:autotune") at `value` on operands
+// An exact plan for calls with the option `word` ("backend", "autotune" or "config", for dot
+// "dot:backend" or "dot:autotune") at `value` on operands
 // exactly like A and B, made by `op` ("mm" or "matmul"), or by `native` where op is null.
 PyObject* store_exact(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
                       PyObject* environment, PyObject* generation, PyObject* op,
                       std::shared_ptr<Native> native) {
   PyObject* known = nullptr;
-  for (PyObject* w : {backend_word, autotune_word, dot_backend_word, dot_autotune_word}) {
+  for (PyObject* w : {backend_word, autotune_word, config_word, dot_backend_word,
+                      dot_autotune_word}) {
     if (same_name(word, w)) known = w;
   }
   if (known == nullptr) {
     PyErr_Format(PyExc_ValueError, "remember_exact: word is %R: expected 'backend', 'autotune', "
-                 "'dot:backend' or 'dot:autotune'", word);
+                 "'config', 'dot:backend' or 'dot:autotune'", word);
     return nullptr;
   }
   if (!THPVariable_Check(A) || !THPVariable_Check(B)) {
@@ -1252,6 +1282,7 @@ PyMODINIT_FUNC PyInit__fastcall() {
   backend_word = PyUnicode_InternFromString("backend");
   autotune_word = PyUnicode_InternFromString("autotune");
   auto_word = PyUnicode_InternFromString("auto");
+  config_word = PyUnicode_InternFromString("config");
   dot_backend_word = PyUnicode_InternFromString("dot:backend");
   dot_autotune_word = PyUnicode_InternFromString("dot:autotune");
   data_name = PyUnicode_InternFromString("data");
@@ -1261,6 +1292,7 @@ PyMODINIT_FUNC PyInit__fastcall() {
   shape_name = PyUnicode_InternFromString("shape");
   strides_name = PyUnicode_InternFromString("strides");
   if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr ||
+      config_word == nullptr ||
       dot_backend_word == nullptr || dot_autotune_word == nullptr ||
       data_name == nullptr || ptr_name == nullptr || device_id_name == nullptr ||
       dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr)

@@ -11,9 +11,12 @@ so the call costs about what torch's own does. Where the plan is a kernel of our
 Triton's pointer kernels, CUTLASS), the backend describes its launch once
 (:mod:`multibackend.native`) and the front allocates D with ``at::empty`` and launches it on
 torch's current stream itself: ``cuLaunchKernel`` from a parameter buffer made once, with only
-the pointers written per call, or the kernel library's ``mb_gemm``. The same holds for a
-repeated ``dot`` of our kernels, and for CuPy callers (``serve_arrays``, ``serve_dot_arrays``:
-D made by ``cupy.empty``), whose cuBLAS products it launches as ``cublasGemmEx`` itself.
+the pointers written per call, or the kernel library's ``mb_gemm``. A repeated call naming a
+backend and one of its configs (``matmul(A, B, backend=name, config=c)``, as the tuner times
+its candidates) is served the same way, so that a config's eager timing is the one a call
+planned from a tuning table sees. The same holds for a repeated ``dot`` of our kernels, and
+for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty``), whose
+cuBLAS products it launches as ``cublasGemmEx`` itself.
 
 It is built against the installed torch, on first use, with the C++ compiler (``$CXX``, else
 ``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location and

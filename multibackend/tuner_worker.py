@@ -221,10 +221,14 @@ def _poisoned_out(call: Call) -> Any:
 
 def public_call(matmul: PublicCall, item: Item, a: Any, b: Any) -> Callable[..., object]:
     """The candidate's call as a user makes it: ``matmul(a, b, backend=..., config=...)``
-    (into ``out`` when given), launching on torch's current stream when called."""
+    (into ``out`` when given), launching on torch's current stream when called. Without
+    ``out`` it is the call the compiled front serves once repeated, as it serves a call
+    planned from a tuning table (:mod:`multibackend.fastcall`)."""
     config = Config.from_dict(item.config)
 
     def call(out: Any = None) -> object:
+        if out is None:
+            return matmul(a, b, backend=item.backend, config=config)
         return matmul(a, b, backend=item.backend, config=config, out=out)
 
     return call

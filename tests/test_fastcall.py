@@ -12,6 +12,7 @@ import torch
 
 import multibackend as mb
 from multibackend import fastcall, plans
+from multibackend.backends.base import Config
 from multibackend.dispatch import ENV_BACKEND
 
 INF = float("inf")
@@ -210,6 +211,36 @@ def test_an_exact_plan_serves_only_its_option_and_operands_exactly(front):
     assert torch.equal(serve(a, b, None, "auto", "eager", {}), torch.mm(a, b))
     module.forget()
     assert serve(a, b, None, "auto", "eager", {}) is plans.MISS
+
+
+def test_an_exact_plan_for_a_config_serves_that_backend_and_config_only(front):
+    """matmul(A, B, backend=name, config=c) is remembered under ("config", (name, c)): served
+    for that backend and a config equal to c, with no other keyword, and for nothing else."""
+    module, serve = front
+    a, b = small_ints(12, 10), small_ints(10, 6)
+    config = Config.of("64x64x32", BLOCK_M=64, BLOCK_N=64)
+    exact_plan(a, b, ("config", ("triton", config)))
+    exact_plan(a, b, ("config", ("cublas", "default")))
+    assert module.stats()[:2] == (0, 2)
+    same = Config.of("64x64x32", BLOCK_N=64, BLOCK_M=64)
+    for backend, asked in [("triton", config), ("".join("triton"), same),
+                           ("cublas", "default"), ("cublas", "".join("default"))]:
+        assert torch.equal(serve(a, b, None, backend, None, {"config": asked}), torch.mm(a, b))
+    for backend, autotune, options in [
+            ("cutlass", None, {"config": config}), ("cublas", None, {"config": config}),
+            ("triton", None, {"config": Config.of("64x64x32", BLOCK_M=64, BLOCK_N=32)}),
+            ("triton", None, {"config": "64x64x32"}), ("triton", None, {}),
+            ("triton", None, {"config": None}), ("auto", None, {"config": config}),
+            (None, None, {"config": config}), ("triton", "eager", {"config": config}),
+            ("triton", None, {"config": config, "alpha": 1.0}), ("triton", None, {"alpha": 1.0}),
+            ("triton", None, {"config": {"BLOCK_M": 64}})]:
+        assert serve(a, b, None, backend, autotune, options) is plans.MISS, (backend, options)
+    assert serve(a.double(), b.double(), None, "triton", None, {"config": config}) is plans.MISS
+    counts = sys.getrefcount(config), sys.getrefcount(a)
+    for _ in range(1000):
+        serve(a, b, None, "triton", None, {"config": config})
+        serve(a, b, None, "triton", None, {"config": {}})
+    assert (sys.getrefcount(config), sys.getrefcount(a)) == counts
 
 
 def test_an_exact_plan_serves_a_plain_call_past_its_familys_bounds(front, monkeypatch):

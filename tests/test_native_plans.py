@@ -403,7 +403,7 @@ def test_a_dot_word_needs_a_native_plan(module):
     x = small_ints(4)
     with pytest.raises(ValueError, match="a dot's plan is a native one"):
         module.remember_exact("dot:backend", "auto", x, x, (None,) * 3, 0, "mm")
-    with pytest.raises(ValueError, match="expected 'backend', 'autotune', 'dot:backend'"):
+    with pytest.raises(ValueError, match="expected 'backend', 'autotune', 'config', 'dot:backend'"):
         module.remember_exact("dot", "auto", x, x, (None,) * 3, 0, "mm")
 
 

@@ -23,7 +23,7 @@ from multibackend.request import matmul_call
 from multibackend.suites import SUITES, Shape, parse_shape, suite
 from multibackend.timing import Timing
 from multibackend.tuner import summary, tune
-from multibackend.tuner_worker import GpuTimer, figure
+from multibackend.tuner_worker import GpuTimer, Item, figure, public_call
 
 ENV = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "13000", "cuda": "13.0",
        "triton": "3.6.0", "nvidia-cutlass": "4.2.0.0", "multibackend": "0.1.0"}
@@ -257,6 +257,24 @@ class RegistryMatmul:
         call = matmul_call(A, B, out=out)
         self.registry.get(backend).run(call.problem, call.operands, config)
         return call.operands.d[0] if call.squeeze else call.operands.d
+
+
+def test_a_timed_candidate_is_called_as_the_compiled_front_serves_it():
+    """Timed, a candidate is ``matmul(A, B, backend=name, config=c)`` with no other keyword
+    (the call the compiled front serves once repeated, as it serves one planned from a
+    table); checked, it writes into the ``out`` given."""
+    seen = []
+
+    def matmul(A, B, **keywords):
+        seen.append((A, B, keywords))
+        return "D"
+
+    item = Item(0, 0, "triton", {"name": "64x64", "BLOCK_M": 64})
+    call = public_call(matmul, item, "A", "B")
+    assert call() == "D" and call("out") == "D"
+    config = Config.of("64x64", BLOCK_M=64)
+    assert seen == [("A", "B", {"backend": "triton", "config": config}),
+                    ("A", "B", {"backend": "triton", "config": config, "out": "out"})]
 
 
 CRASHES = ("exits", "aborts", "hangs")

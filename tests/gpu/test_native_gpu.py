@@ -1,9 +1,9 @@
 """GPU tier for native plans: a repeated call of raw WMMA, Triton or CUTLASS is launched by the
 compiled front (multibackend/native.py) from its third call on, gives bit for bit what the
 Python path's launch of the same kernel gives, runs on torch's current stream, is captured in
-a CUDA graph, and leaves autograd and every call it does not cover to the Python path. Each
-kind of Triton TMA launch (split-K unsplit, split, two column blocks; persistent) is described
-for the front and checked the same way."""
+a CUDA graph, and leaves autograd and every call it does not cover to the Python path; so is
+a repeated call naming a config. Each kind of Triton TMA launch (split-K unsplit, split, two
+column blocks; persistent) is described for the front and checked the same way."""
 from __future__ import annotations
 
 import pytest
@@ -302,6 +302,30 @@ def test_a_triton_launch_summing_by_atomics_is_left_to_the_python_path_when_dete
 
 
 # -- a staged raw WMMA call: copies into buffers of the plan's stream, then the fast kernel ---
+
+@pytest.mark.parametrize("backend", BACKENDS + ["cublas"])
+def test_a_repeated_call_naming_a_config_is_launched_by_the_front(backend):
+    """matmul(A, B, backend=name, config=c), as the tuner times each candidate, is launched by
+    the front from its third call like a plain call, with that config's kernel (for Triton a
+    TMA tile): the same bits as the Python path's launch; with another keyword it is not."""
+    _available(backend)
+    module = _front()
+    a, b = _rand((200, 1000), seed=41), _rand((1000, 520), seed=42)
+    problem = matmul_call(a, b, None).problem
+    config = REGISTRY.get(backend).default_config(problem)
+    if backend == "triton" and torch.cuda.get_device_capability() >= (9, 0):
+        config = _triton_tma_config("unsplit")
+    first = mb.matmul(a, b, backend=backend, config=config)
+    second = mb.matmul(a, b, backend=backend, config=config)
+    served = module.stats()[2]
+    third = mb.matmul(a, b, backend=backend, config=config)
+    assert module.stats()[2] == served + 1, f"{backend} {config.name}: not launched by the front"
+    assert torch.equal(first, second) and torch.equal(second, third)
+    _check(a, b, third)
+    by_python = mb.matmul(a, b, backend=backend, config=config, alpha=1.0)
+    assert module.stats()[2] == served + 1
+    assert torch.equal(by_python, third)
+
 
 def _ints(shape, seed):
     gen = torch.Generator(device="cuda").manual_seed(seed)
