@@ -328,9 +328,10 @@ def _hand_over(fam_key: tuple, found: tuple) -> None:
 def hand_over_exact(word: tuple[str, Any], a: Any, b: Any, produce: Any) -> None:
     """Give the compiled front a plan just made for a call with one option ``word`` (name,
     value: ``("backend", name)`` for a plain call, ``("autotune", mode)`` for an autotuned
-    one, ``("config", (name, config))`` for one naming a backend's config) on torch tensors exactly like ``a`` and ``b`` (dtype, sizes, strides, device, pointer
-    offset within 256 bytes), made by ``torch.mm`` or ``torch.matmul`` (``produce``); it then
-    serves such calls under the environment and tables of now."""
+    one, ``("config", (name, config))`` for one naming a backend's config) on torch tensors
+    exactly like ``a`` and ``b`` (dtype, sizes, strides, device, pointer offset within 256
+    bytes), made by ``torch.mm`` or ``torch.matmul`` (``produce``); it then serves such calls
+    under the environment and tables of now."""
     module, op = _COMPILED[0], _torch_op(produce)
     torch = sys.modules.get("torch")
     if module is None or op is None or not isinstance(word[0], str):
