@@ -163,6 +163,8 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
                        packed=dtype)
 
     def rerun(name: str, chosen: Any, into: Any) -> Any:
+        if defaults and chosen is None and into is None:  # as the call runs once chosen,
+            return matmul(A, B, C, backend=name)  # which the compiled front may serve
         return matmul(A, B, C, alpha=alpha, beta=beta, out=into, out_dtype=out_dtype,
                       acc_dtype=acc_dtype, precision=precision, saturate=saturate, dtype=dtype,
                       backend=name, config=chosen)
@@ -407,6 +409,8 @@ def _dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",
     call = dot_call(x, y, acc_dtype=acc_dtype)
 
     def rerun(name: str, chosen: Any, _into: Any) -> Any:
+        if acc_dtype is None and chosen is None:  # as the call runs once chosen
+            return dot(x, y, backend=name)
         return dot(x, y, acc_dtype=acc_dtype, backend=name, config=chosen)
 
     exact = None  # a call with one option (or none): its plan's kernels may go to the front

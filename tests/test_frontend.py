@@ -410,3 +410,37 @@ def test_host_tensors_never_get_a_shape_free_plan():
 
     a, b = torch.ones((4, 4)), torch.ones((4, 4))
     assert plans.family_key(("matmul:plain", "auto"), a, b) is None
+
+
+def test_first_call_autotune_times_each_backend_by_the_call_that_runs_once_it_is_chosen(
+        monkeypatch):
+    """The candidates of a plain autotuned call are timed as ``matmul(A, B, backend=name)``
+    (``dot(x, y, backend=name)``): the call the chosen backend then serves, by the compiled
+    front once repeated; a candidate's check into a poisoned ``out`` keeps every keyword."""
+    from multibackend import api
+    from multibackend import autotune as first_call
+
+    reruns = []
+
+    def captured(call, accepted, mode, rerun, registry):
+        reruns.append(rerun)
+        raise InvalidArgument("captured")
+
+    monkeypatch.setattr(first_call, "measure", captured)
+    monkeypatch.setattr(api, "decide", lambda *args, **kw: mb.dispatch.Decision(
+        args[0], None, None, "autotune", "not measured yet", ()))
+    a, b = torch.ones(4, 8), torch.ones(8, 2)
+    for make in (lambda: mb.matmul(a, b, autotune="eager"),
+                 lambda: mb.dot(a[0], a[1], autotune="eager")):
+        with pytest.raises(InvalidArgument, match="captured"):
+            make()
+    calls = []
+    monkeypatch.setattr(api, "matmul", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(api, "dot", lambda *args, **kw: calls.append((args, kw)))
+    for rerun in reruns:
+        rerun("triton", None, None)
+    reruns[0]("triton", "cfg", "out")
+    assert calls[0] == ((a, b, None), {"backend": "triton"})
+    assert calls[1][1] == {"backend": "triton"} and len(calls[1][0]) == 2
+    assert calls[2][1]["config"] == "cfg" and calls[2][1]["out"] == "out"
+    assert set(calls[2][1]) >= {"alpha", "beta", "out_dtype", "acc_dtype", "precision"}

@@ -202,6 +202,26 @@ def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_fr
     assert compiled.stats()[2] == served + 1  # planned by Python first
 
 
+def test_first_call_autotune_times_the_backends_through_the_compiled_front(tmp_path, monkeypatch):
+    """The first autotuned call times each backend by the plain call it runs once chosen, so
+    (where the front is built) all but each backend's first two timed runs are launched by the
+    compiled front: eager figures hold the host time the chosen backend's calls will have."""
+    from multibackend import autotune, plans
+
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STORE", autotune.Store())
+    plans.forget()
+    compiled = plans._COMPILED[0] if plans.front() is not plans.served else None
+    if compiled is None:
+        pytest.skip(f"no compiled front: {fastcall.status()}")
+    a, b = _rand((24, 2048), seed=37), _rand((2048, 3072), seed=38)
+    served = compiled.stats()[2]
+    mb.matmul(a, b, autotune="eager")
+    timed = mb.explain(a, b, autotune="eager")
+    assert timed.rule == "autotune" and timed.backend is not None
+    assert compiled.stats()[2] - served >= autotune.REPS, "the timed runs took the Python path"
+
+
 @pytest.mark.parametrize("kind", ["torch", "cupy"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype):
