@@ -802,8 +802,9 @@ bool blas_step_from(PyObject* item, bool on_device, Step* step) {
 }
 
 // A step from its tuple: (0, function, (gx, gy, gz), (bx, by, bz), smem, params (bytes), offsets,
-// slots ((offset, source), ...), unordered, pinned, stream) for a kernel, (1, entry address, shape address,
-// (sources of a, b, c, d), alpha, beta, pinned, stream) for an entry point; false on an error.
+// slots ((offset, source), ...), unordered, pinned, stream) for a kernel, (1, entry address,
+// shape address, (sources of a, b, c, d), alpha, beta, pinned, stream) for an entry point; false
+// on an error.
 bool step_from(PyObject* item, bool on_device, Step* step) {
   if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1) {
     PyErr_Format(PyExc_ValueError, "remember_native: step %R is not a tuple", item);
