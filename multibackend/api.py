@@ -132,8 +132,9 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
             backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
-    defaults = _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate, dtype,
-                            config)
+    # every keyword but backend, config and autotune at its default
+    others = _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate, dtype)
+    defaults = others and config is None
     plain = defaults and autotune is None
     if _compiling():  # torch.compile traces torch's own op or the registered operator
         from . import torch_op
@@ -176,19 +177,18 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             exact = ("backend", backend), A, B
         elif defaults and backend == "auto":
             exact = ("autotune", autotune), A, B
-        elif config is not None and autotune is None and A.__class__ is _TENSOR and \
-                _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate,
-                             dtype, None):
+        elif others and config is not None and autotune is None and A.__class__ is _TENSOR:
             exact = ("config", (backend, config)), A, B
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct, exact)
 
 
 def _at_defaults(alpha: Any, beta: Any, out: Any, out_dtype: Any, acc_dtype: Any,
-                 precision: Any, saturate: Any, dtype: Any, config: Any) -> bool:
-    """Whether every keyword but ``backend`` and ``autotune`` is at its default."""
+                 precision: Any, saturate: Any, dtype: Any) -> bool:
+    """Whether every keyword but ``backend``, ``config`` and ``autotune`` is at its
+    default."""
     return (out is None and beta is None and type(alpha) is float and alpha == 1
             and out_dtype is None and acc_dtype is None and precision is None
-            and saturate is False and dtype is None and config is None)
+            and saturate is False and dtype is None)
 
 
 # -- models: torch.compile and autograd go through the registered operator (torch_op.py) --
