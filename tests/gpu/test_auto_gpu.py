@@ -201,8 +201,11 @@ def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_fr
     again = mb.matmul(a, b, autotune="eager")
     assert compiled.stats()[2] == served + 1
     assert torch.equal(again, torch.mm(a, b)) and torch.equal(first, again)
-    assert mb.matmul(a, b.T.contiguous().T, autotune="eager") is not None  # another layout
-    assert compiled.stats()[2] == served + 1  # planned by Python first
+    other = b.T.contiguous().T  # another layout: measured (through the front) and planned apart
+    assert torch.equal(mb.matmul(a, other, autotune="eager"), torch.mm(a, other))
+    served = compiled.stats()[2]
+    assert torch.equal(mb.matmul(a, other, autotune="eager"), torch.mm(a, other))
+    assert compiled.stats()[2] == served + 1
 
 
 def test_first_call_autotune_times_the_backends_through_the_compiled_front(tmp_path, monkeypatch):
