@@ -465,6 +465,19 @@ def _deterministic() -> bool:
     return torch.are_deterministic_algorithms_enabled()
 
 
+def d_unit(problem: Problem, d: Any) -> int:
+    """The epilogue's D_UNIT for D (see ``triton_kernels._epilogue``): its elements per 16
+    bytes where N and D's base, row and batch strides come in whole 16 bytes but Triton's
+    specialization (integers divisible by 16) does not show it, else 1."""
+    unit = 16 // d.element_size()
+    strides = d.stride()
+    if unit == 1 or strides[-1] != 1 or d.data_ptr() % 16 or problem.n % unit or any(
+            s % unit for s in strides[:-1]):
+        return 1
+    shown = problem.n % 16 == 0 and all(s % 16 == 0 for s in strides[:-1])
+    return 1 if shown else unit
+
+
 def _tma_ready(t: Any) -> bool:
     """The matrix as it is at launch meets the TMA unit's 16-byte rules."""
     return not (t.data_ptr() % 16 or any((s * t.element_size()) % 16
@@ -597,7 +610,8 @@ class TritonBackend(Backend):
         key = (problem, config.name, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (key, grid, (a, b, c_arg, d, *ints, ops.alpha, ops.beta),
-                lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale))
+                lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale,
+                             D_UNIT=d_unit(problem, d)))
 
     def _launcher(self) -> Launcher:
         if self._matmul_launcher is None:
@@ -700,7 +714,8 @@ class TritonBackend(Backend):
                       aligned(c_arg.data_ptr(), d.data_ptr()))
         return (plan, partial_key, ints, reduce_key,
                 (c_arg, d, *rints, ops.alpha, ops.beta),
-                lambda: dict(plan.reduce_constexprs, HAS_C=c is not None, SCALE=scale))
+                lambda: dict(plan.reduce_constexprs, HAS_C=c is not None, SCALE=scale,
+                             D_UNIT=d_unit(problem, d)))
 
     def _fused_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(plan, the fused split-K kernel's key, its integer arguments, its constexprs
@@ -716,7 +731,8 @@ class TritonBackend(Backend):
         key = (problem, config.name, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (plan, key, ints,
-                lambda: dict(plan.constexprs, HAS_C=c is not None, SCALE=scale))
+                lambda: dict(plan.constexprs, HAS_C=c is not None, SCALE=scale,
+                             D_UNIT=d_unit(problem, d)))
 
     def _fused_launcher(self) -> Launcher:
         if self._fused_kept is None:
@@ -807,7 +823,8 @@ class TritonBackend(Backend):
         def constexprs() -> dict[str, Any]:
             return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
                         GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
-                        ATOMIC=atomic, num_warps=config.get("num_warps"),
+                        ATOMIC=atomic, D_UNIT=d_unit(problem, d),
+                        num_warps=config.get("num_warps"),
                         num_stages=config.get("num_stages"))
 
         return (key, plan.grid[:2] + (1,),

@@ -668,6 +668,37 @@ def test_fused_splitk_kernel_counts_tiles_with_one_acquire_release_atomic(dtype)
     assert info["shared"] <= 232448, info
 
 
+def test_tma_splitk_kernel_stores_d_16_bytes_at_a_time_where_told_n_allows_it():
+    """N and D's row stride a multiple of 8 but not of 16 (N = 1000): Triton's
+    specialization cannot show D's rows come in whole 16 bytes, so the epilogue stores one
+    16-bit element per instruction unless D_UNIT tells it, and then none."""
+    told, plain = _aot("tma_n8_unit", "float16"), _aot("tma_n8_plain", "float16")
+    assert told["target"] and told["wgmma"] > 0 and told["d_element_stores"] == 0, told
+    assert plain["d_element_stores"] > 0, plain
+
+
+@pytest.mark.parametrize("n, dtype, view, want", [
+    (1000, torch.float16, None, 8), (1024, torch.float16, None, 1),
+    (1000, torch.float32, None, 4), (1000, torch.float16, 1008, 8),
+    (1000, torch.float16, 1004, 1), (1000, torch.float16, "col", 1)])
+def test_epilogue_unit_only_where_d_comes_in_16_bytes_that_specialization_hides(n, dtype,
+                                                                                view, want):
+    """D_UNIT: 16 bytes of D where N, D's base and strides come in whole 16 bytes and
+    Triton's specialization (by 16) does not show it; 1 where it does (N = 1024), where a
+    row stride is off the unit (1004) and for a column-major D."""
+    from multibackend.backends.triton import d_unit
+    from multibackend.request import matmul_call
+
+    a, b = torch.ones((24, 32), dtype=dtype), torch.ones((32, n), dtype=dtype)
+    if view == "col":
+        d = torch.empty((n, 24), dtype=dtype).T
+    elif view:
+        d = torch.empty((24, view), dtype=dtype)[:, :n]
+    else:
+        d = torch.empty((24, n), dtype=dtype)
+    assert d_unit(matmul_call(a, b).problem, d) == want
+
+
 @pytest.mark.parametrize("kind", ["tma_few", "tma_skinny", "tma_ordered", "tma_kmajor"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
@@ -695,14 +726,17 @@ def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
 AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
              "fused": (128, 128, 64, 8, 4), "tma_few": (64, 128, 128, 4, 4),
              "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4),
-             "tma_kmajor": (128, 192, 64, 4, 5)}
+             "tma_kmajor": (128, 192, 64, 4, 5), "tma_n8_unit": (64, 128, 128, 4, 4),
+             "tma_n8_plain": (64, 128, 128, 4, 4)}
 
 
 def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
     operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
     kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, or in slice
-    order for ``tma_ordered``; B read K-major for ``tma_kmajor``)."""
+    order for ``tma_ordered``; B read K-major for ``tma_kmajor``; ``tma_n8_*``: N and D's
+    row stride multiples of 8 but not of 16, as N = 1000 is, with the epilogue told so,
+    D_UNIT 8, or not)."""
     import triton
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
@@ -730,7 +764,8 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
                 ("K", "i32"), ("K_SLICE", "i32"), ("stride_cm", "i32"), ("stride_dm", "i32"),
                 ("alpha", "fp32"), ("beta", "fp32")]
         consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=kmajor, HAS_C=False,
-                      SCALE=False, ATOMIC=kind != "tma_ordered")
+                      SCALE=False, ATOMIC=kind != "tma_ordered",
+                      D_UNIT=8 if kind == "tma_n8_unit" else 1)
     elif kind == "fused":
         fn = kernels.matmul_splitk_fused_kernel
         args = [("a_ptr", t), ("b_ptr", t), ("c_ptr", t), ("d_ptr", t), ("w_ptr", "*fp32"),
@@ -740,7 +775,7 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
                 ("stride_cm", "i32"), ("stride_cn", "i32"), ("stride_db", "i32"),
                 ("stride_dm", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
         consts = dict(pointer, stride_ak=1, stride_bn=1, stride_dn=1, HAS_C=False,
-                      SCALE=False)
+                      SCALE=False, D_UNIT=1)
     else:
         fn = kernels.matmul_splitk_kernel
         args = [("a_ptr", t), ("b_ptr", t), ("w_ptr", "*fp32"), ("M", "i32"), ("N", "i32"),
@@ -749,7 +784,8 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
         consts = dict(pointer, stride_ak=1, stride_bn=1)
     params = list(fn.arg_names)
     aligned = {(params.index(name),): [["tt.divisibility", 16]] for name, kind_ in args
-               if kind_.startswith("*") or name.startswith(("stride", "K_SLICE"))}
+               if (kind_.startswith("*") or name.startswith(("stride", "K_SLICE")))
+               and not (kind.startswith("tma_n8") and name == "stride_dm")}
     src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
                                     constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -769,6 +805,7 @@ def _report(compiled) -> dict:
         "float_atomics": len(re.findall(r"(?:atom|red)\.(?:global\.gpu\.relaxed|relaxed\.gpu"
                                         r"\.global)\.add(?:\.v[248])?\.f32", ptx)),
         "l2_loads": ptx.count("ld.global.cg"),
+        "d_element_stores": len(re.findall(r"st\.global\.b16", ptx)),
         "shared": compiled.metadata.shared,
     }
 

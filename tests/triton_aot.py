@@ -35,7 +35,7 @@ def compile_pointer(dtype: str):
             ("alpha", "fp32"), ("beta", "fp32")]
     consts = dict(stride_ak=1, stride_bn=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                   GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=True,
-                  UPCAST=False, SCALE=False)
+                  UPCAST=False, SCALE=False, D_UNIT=1)
     src = triton.compiler.ASTSource(fn=kernels.matmul_kernel,
                                     signature=_signature(args, consts), constexprs=consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
