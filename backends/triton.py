@@ -470,11 +470,9 @@ def d_unit(problem: Problem, d: Any) -> int:
     bytes where N and D's base, row and batch strides come in whole 16 bytes but Triton's
     specialization (integers divisible by 16) does not show it, else 1."""
     unit = 16 // d.element_size()
-    strides = d.stride()
-    if unit == 1 or strides[-1] != 1 or d.data_ptr() % 16 or problem.n % unit or any(
-            s % unit for s in strides[:-1]):
+    if unit == 1 or d.stride()[-1] != 1 or problem.n % unit or not _tma_ready(d):
         return 1
-    shown = problem.n % 16 == 0 and all(s % 16 == 0 for s in strides[:-1])
+    shown = problem.n % 16 == 0 and all(s % 16 == 0 for s in d.stride()[:-1])
     return 1 if shown else unit
 
 
