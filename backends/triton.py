@@ -26,6 +26,7 @@ the tests take into account.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any, NamedTuple
 
@@ -37,7 +38,7 @@ from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
 from multibackend.problem import Problem
 
-from .tile_counters import TileCounters
+from .stream_buffers import StreamScratch, TileCounters
 from .triton_launch import LIMIT as LAUNCH_LIMIT
 from .triton_launch import Launcher, aligned
 
@@ -530,6 +531,7 @@ class TritonBackend(Backend):
         self._tma_splitk_kept: Launcher | None = None
         self._counters = TileCounters()
         self._sums = TileCounters(SUMS_CHUNK, SUMS_CHUNKS, "float32")
+        self._scratch = StreamScratch()
         self._sms: dict[int, int] = {}
         self._statics: dict[tuple[Problem, str], tuple] = {}
 
@@ -697,9 +699,9 @@ class TritonBackend(Backend):
 
     def _splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(plan, the partial kernel's key and integer arguments, the reduction's key, its
-        arguments after the workspace, its constexprs builder). The workspace comes from
-        torch's caching allocator, whose blocks are 512-byte aligned: it takes no part in
-        the keys."""
+        arguments after the workspace, its constexprs builder). The workspace, the stream's
+        scratch, comes from torch's caching allocator, whose blocks are 512-byte aligned: it
+        takes no part in the keys."""
         plan = self._splitk_statics(problem, config)
         a, b, c, d = ops.a, ops.b, ops.c, ops.d
         ints = (problem.m, problem.n, problem.k, plan.k_slice, *_strides3(a), *_strides3(b))
@@ -740,13 +742,11 @@ class TritonBackend(Backend):
         return self._fused_kept
 
     def _launch_splitk_fused(self, problem: Problem, ops: Operands, config: Config) -> None:
-        """The fused split-K kernel on a fresh float32 workspace (each partial written before
-        it is read) and the stream's tile counters."""
-        import torch
-
+        """The fused split-K kernel on the stream's float32 scratch (each partial written
+        before it is read) and tile counters."""
         plan, key, ints, constexprs = self._fused_launch(problem, ops, config)
         d = ops.d
-        work = torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
+        work = self._scratch.get(d.device, ops.stream, math.prod(plan.workspace))
         counters = self._counters.get(d.device, ops.stream, plan.workspace[0])
         c_arg = ops.c if ops.c is not None else d
         self._fused_launcher()(key, plan.grid, ops.stream,
@@ -755,20 +755,18 @@ class TritonBackend(Backend):
 
     def _bind_splitk_fused(self, problem: Problem, config: Config, ops: Operands):
         """The fused split-K kernel kept, with the integers, alpha and beta of these calls
-        filled in, each call allocating its workspace and finding its stream's counters
-        (None if not kept)."""
-        import torch
-
+        filled in, each call finding its stream's scratch and counters (None if not
+        kept)."""
         plan, key, ints, _ = self._fused_launch(problem, ops, config)
         kept = self._fused_launcher().kept(key)
         if kept is None:
             return None
-        runner, tail, counters = kept.runner, kept.tail, self._counters
-        shape, device, tiles, f32 = plan.workspace, ops.d.device, plan.workspace[0], torch.float32
+        runner, tail, counters, scratch = kept.runner, kept.tail, self._counters, self._scratch
+        size, device, tiles = math.prod(plan.workspace), ops.d.device, plan.workspace[0]
         scalars = (ops.alpha, ops.beta)
 
         def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
-            work = torch.empty(shape, dtype=f32, device=device)
+            work = scratch.get(device, stream, size)
             runner(a, b, d if c is None else c, d, work, counters.get(device, stream, tiles),
                    *ints, *scalars, *tail, stream=stream)
         return launch
@@ -783,7 +781,7 @@ class TritonBackend(Backend):
     def _launch_tma_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
         """The TMA split-K kernel: descriptors built per call and, where K is split, the
         stream's tile counters with its zeroed float32 sums (atomic reduction) or, where
-        torch is asked for deterministic algorithms, a fresh float32 workspace of every
+        torch is asked for deterministic algorithms, the stream's float32 scratch for every
         slice's partial (with one slice neither is touched: the counters stand in)."""
         key, grid, args, constexprs, _ = self._tma_splitk_launch(problem, ops, config)
         self._tma_splitk_launcher()(key, grid, ops.stream, args, constexprs)
@@ -791,8 +789,6 @@ class TritonBackend(Backend):
     def _tma_splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(the launcher's key, grid, the kernel's arguments, a constexprs builder, whether
         its slices are summed by atomics) of the TMA split-K kernel on these operands."""
-        import torch
-
         plan = self._splitk_statics(problem, config)
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         block, extra = width_blocks(bn)
@@ -810,7 +806,7 @@ class TritonBackend(Backend):
         if atomic:
             work = self._sums.get(d.device, ops.stream, tiles * bm * bn)
         elif plan.splits > 1:
-            work = torch.empty(plan.workspace, dtype=torch.float32, device=d.device)
+            work = self._scratch.get(d.device, ops.stream, math.prod(plan.workspace))
         else:
             work = counters
         ints = (problem.m, problem.n, problem.k, plan.k_slice, c.stride(0), c.stride(1),
@@ -838,12 +834,11 @@ class TritonBackend(Backend):
         return self._splitk_pair
 
     def _launch_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
-        """Both split-K passes on a fresh float32 workspace, which the first fully writes."""
-        import torch
-
+        """Both split-K passes on the stream's float32 scratch, which the first fully
+        writes."""
         plan, partial_key, ints, reduce_key, rest, reduce_constexprs = self._splitk_launch(
             problem, ops, config)
-        work = torch.empty(plan.workspace, dtype=torch.float32, device=ops.d.device)
+        work = self._scratch.get(ops.d.device, ops.stream, math.prod(plan.workspace))
         partial, finish = self._splitk_launchers()
         partial(partial_key, plan.grid, ops.stream, (ops.a, ops.b, work, *ints),
                 lambda: plan.constexprs)
@@ -851,10 +846,8 @@ class TritonBackend(Backend):
 
     def _bind_splitk(self, problem: Problem, config: Config, ops: Operands):
         """Both split-K passes' kept kernels with the integers, alpha and beta of these
-        calls filled in, each call allocating its workspace (None if a kernel is not
+        calls filled in, each call finding its stream's scratch (None if a kernel is not
         kept)."""
-        import torch
-
         plan, partial_key, ints, reduce_key, rest, _ = self._splitk_launch(problem, ops, config)
         partial, finish = self._splitk_launchers()
         kept_partial, kept_finish = partial.kept(partial_key), finish.kept(reduce_key)
@@ -862,11 +855,11 @@ class TritonBackend(Backend):
             return None
         first, first_tail = kept_partial.runner, kept_partial.tail
         second, second_tail = kept_finish.runner, kept_finish.tail
-        shape, device, f32 = plan.workspace, ops.d.device, torch.float32
+        size, device, scratch = math.prod(plan.workspace), ops.d.device, self._scratch
         middle = rest[2:]  # the reduction's integers, alpha and beta
 
         def launch(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
-            work = torch.empty(shape, dtype=f32, device=device)
+            work = scratch.get(device, stream, size)
             first(a, b, work, *ints, *first_tail, stream=stream)
             second(work, d if c is None else c, d, *middle, *second_tail, stream=stream)
         return launch
@@ -1053,11 +1046,12 @@ class TritonBackend(Backend):
                operands: Operands) -> native.Native | None:
         """For a product without C: the pointer kernel's kept launch with this call's
         integers, alpha and beta; a TMA kernel's, its descriptors' tensor maps encoded once
-        and pointed at each call's operands, and, where the TMA split-K kernel sums slices by
-        atomics, the tile counters and float32 sums of the caller's stream (the plan runs on
-        that stream only; not described where torch asks for deterministic algorithms, whose
-        workspace is made per call). The dot's two passes with block partials the plan keeps,
-        on the caller's stream. Split-K through pointers and staged configs: not described."""
+        and pointed at each call's operands, and, where the TMA split-K kernel splits K, the
+        tile counters of the caller's stream with its float32 sums (slices added by atomics)
+        or, where torch asks for deterministic algorithms, its float32 scratch (slices added
+        in order): the plan runs on that stream only. The dot's two passes with block
+        partials the plan keeps, on the caller's stream. Split-K through pointers and staged
+        configs: not described."""
         if problem.op == "dot":
             return self._dot_native(problem, config, operands)
         if operands.c is not None:
@@ -1074,12 +1068,11 @@ class TritonBackend(Backend):
             kept = self._tma_launcher().kept(key)
             sources = {**maps, 2: native.D + native.MAP, 3: native.D, 4: native.D}
         elif kind == "tma_splitk":
-            if self._splitk_statics(problem, config).splits > 1 and _deterministic():
-                return None
             key, _, args, _, atomic = self._tma_splitk_launch(problem, operands, config)
             kept = self._tma_splitk_launcher().kept(key)
             sources = {**maps, 2: native.B + native.MAP, 3: native.D, 4: native.D}
-            buffers, stream = args[5:7], operands.stream if atomic else None
+            split = self._splitk_statics(problem, config).splits > 1
+            buffers, stream = args[5:7], operands.stream if split else None
             fixed = {5: buffers[0].data_ptr(), 6: buffers[1].data_ptr()}
         else:
             key, _, args, _ = self._matmul_launch(problem, operands, config)

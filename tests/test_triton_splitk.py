@@ -1,7 +1,7 @@
 """CPU tier for the Triton backend's split-K kernels, two-kernel and fused: exact results in
 Triton's interpreter on small-integer operands against float64 (ragged M, N and K, every
 layout, alpha, beta and C, a float32 D, batched and broadcast operands, bf16, a staged
-misaligned product, a workspace full of NaN), the same bits run after run with the tile
+misaligned product, a scratch workspace full of NaN), the same bits run after run with the tile
 counters left at zero, where the configs (the TMA split-K ones too) are offered and which
 split they choose, the bound launch, and every kernel compiled ahead of time for sm_90 with
 its tensor-core instructions, loads and counter atomic found in the PTX.
@@ -138,22 +138,68 @@ def test_splitk_staged_misaligned_product(config):
     _assert_exact(d, _reference(a, b))
 
 
+def _poison_scratch():
+    """Fill every float32 scratch buffer the Triton backend keeps with NaN."""
+    from multibackend.registry import REGISTRY
+
+    kept = REGISTRY.get("triton")._scratch._given.values()
+    assert kept
+    for t in kept:
+        t.fill_(float("nan"))
+
+
 @interpreter_only
-def test_splitk_never_reads_what_it_did_not_write(monkeypatch, config):
-    """The first pass writes every element of the workspace: one handed over full of NaN
-    still gives the exact result."""
-    empty = torch.empty
+def test_splitk_never_reads_what_it_did_not_write(config):
+    """The first pass (fused: each program) writes every element of the workspace it reads:
+    the stream's scratch, full of NaN when the call comes, still gives the exact result,
+    and the call after it finds the same scratch (none made per call)."""
+    from multibackend.registry import REGISTRY
 
-    def poisoned_empty(*args, **kwargs):
-        t = empty(*args, **kwargs)
-        if t.dtype == torch.float32 and t.dim() == 4:
-            t.fill_(float("nan"))
-        return t
-
-    monkeypatch.setattr(torch, "empty", poisoned_empty)
     gen = torch.Generator().manual_seed(25)
     a, b = _ints((2, 17, 130), gen), _ints((2, 130, 33), gen)
+    _splitk(a, b, config=config)
+    _poison_scratch()
+    kept = {key: t.data_ptr() for key, t in REGISTRY.get("triton")._scratch._given.items()}
     _assert_exact(_splitk(a, b, config=config), _reference(a, b))
+    assert {key: t.data_ptr() for key, t in REGISTRY.get("triton")._scratch._given.items()
+            } == kept
+
+
+def test_stream_scratch_is_kept_per_stream_grows_by_doubling_and_is_left_unfilled(
+        monkeypatch):
+    """One buffer per stream, returned again while large enough; a larger need doubles it
+    (the outgrown one kept for graphs that address it), up to the cap, past which each
+    launch gets its own; made with torch's deterministic NaN fill off, which is restored."""
+    from multibackend.backends.stream_buffers import StreamScratch
+
+    cpu, scratch = torch.device("cpu"), StreamScratch(keep_bytes=4 * 1000)
+    first = scratch.get(cpu, 1, 100)
+    assert first.dtype == torch.float32 and first.numel() == 100
+    assert scratch.get(cpu, 1, 60) is first and scratch.get(cpu, 2, 60) is not first
+    grown = scratch.get(cpu, 1, 150)
+    assert grown.numel() == 200 and scratch.get(cpu, 1, 200) is grown
+    assert any(t is first for t in scratch._outgrown)
+    assert scratch.get(cpu, 1, 900).numel() == 900
+    capped = scratch._given[(-1, 1)]
+    own = scratch.get(cpu, 1, 1001)
+    assert own.numel() == 1001 and scratch._given[(-1, 1)] is capped
+    assert scratch.get(cpu, 1, 1001) is not own
+    flags, empty = [], torch.empty
+
+    def recording_empty(*args, **kwargs):
+        flags.append(torch.utils.deterministic.fill_uninitialized_memory)
+        return empty(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        scratch.get(cpu, 3, 10)
+        scratch.get(cpu, 3, 2000)
+    finally:
+        torch.use_deterministic_algorithms(before)
+    assert flags == [False, False]
+    assert torch.utils.deterministic.fill_uninitialized_memory
 
 
 @interpreter_only
@@ -236,6 +282,24 @@ def test_tma_splitk_exact_on_ragged_shapes(shape, deterministic, tma_tile):
     for layout in ("row", "col"):
         a, b = _ints((m, k), gen), _ints((k, n), gen, layout=layout)
         _assert_exact(_tma_splitk_call(a, b, tile=tma_tile), _reference(a, b))
+    assert _left_at_zero()
+
+
+@interpreter_only
+def test_tma_splitk_in_slice_order_never_reads_what_it_did_not_write():
+    """Slices added in order (torch asked for deterministic algorithms): every slice's
+    partial is written before the tile's last program reads them all, so the stream's
+    scratch full of NaN when the call comes still gives the exact result."""
+    gen = torch.Generator().manual_seed(30)
+    a, b = _ints((17, 200), gen), _ints((200, 72), gen)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        _tma_splitk_call(a, b)
+        _poison_scratch()
+        _assert_exact(_tma_splitk_call(a, b), _reference(a, b))
+    finally:
+        torch.use_deterministic_algorithms(before)
     assert _left_at_zero()
 
 
@@ -616,10 +680,12 @@ def test_bound_splitk_launch_passes_what_run_passes(monkeypatch, with_c):
     for (_, run_args, run_stream), (_, bound_args, bound_stream) in zip(ran, bound):
         assert run_stream == ops.stream and bound_stream == 77
         assert len(run_args) == len(bound_args)
-        work = [i for i, x in enumerate(run_args) if getattr(x, "dim", lambda: 0)() == 4]
-        assert len(work) == 1  # the workspace: fresh on every call, the same shape
-        assert bound_args[work[0]].shape == run_args[work[0]].shape
-        assert bound_args[work[0]].dtype == torch.float32
+        work = [i for i, x in enumerate(run_args)
+                if torch.is_tensor(x) and x.dtype == torch.float32 and x.dim() == 1]
+        assert len(work) == 1  # the workspace: the scratch of the launch's stream
+        scratch = backend._scratch._given
+        assert run_args[work[0]] is scratch[(-1, ops.stream)]
+        assert bound_args[work[0]] is scratch[(-1, 77)]
         rest = [i for i in range(len(run_args)) if i != work[0]]
         assert all(run_args[i] is bound_args[i] if torch.is_tensor(run_args[i])
                    else run_args[i] == bound_args[i] for i in rest)

@@ -301,6 +301,32 @@ def test_a_triton_launch_summing_by_atomics_is_left_to_the_python_path_when_dete
         torch.use_deterministic_algorithms(before)
 
 
+def test_a_triton_launch_adding_slices_in_order_is_launched_by_the_front_when_deterministic():
+    """With torch asked for deterministic algorithms, the TMA split-K launch that adds slices
+    in order (on its stream's float32 scratch and tile counters, the plan pinned to that
+    stream) is described for the front: a repeated call is launched by it, with the bits of
+    the Python path's launch."""
+    _available("triton")
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("Triton's TMA kernels need sm_90")
+    module = _front()
+    a, b = _rand((72, 1000), seed=43), _rand((1000, 264), seed=44)
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        expected, launch = _tma_handed_over(_triton_tma_config("split"), a, b)
+        assert launch is not None
+        step, = launch.steps
+        assert not step.unordered and step.stream == torch.cuda.current_stream().cuda_stream
+        served = module.stats()[2]
+        d = mb.matmul(a, b, backend="triton")
+        assert module.stats()[2] == served + 1
+        assert torch.equal(d, expected)
+        assert torch.equal(mb.matmul(a, b, backend="triton"), expected)
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
 # -- a staged raw WMMA call: copies into buffers of the plan's stream, then the fast kernel ---
 
 @pytest.mark.parametrize("backend", BACKENDS + ["cublas"])

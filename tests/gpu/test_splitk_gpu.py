@@ -7,7 +7,8 @@ deterministic algorithms on, the same bits from a CUDA graph's replays as from t
 call, and with them off (the TMA kernel adding slices by atomics) results within a bound
 of the slice-order ones, graph replays included; and the fused kernels' tile counters and
 float32 sums: one buffer per stream, none allocated while capturing, left at zero, and two
-streams running the same product at once both exact."""
+streams running the same product at once both exact; and no call allocating (its stream's
+scratch kept)."""
 from __future__ import annotations
 
 import pytest
@@ -96,6 +97,28 @@ def test_splitk_replayed_from_a_graph_gives_the_first_calls_bits(shape, determin
         expected = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
         for out in _graph_replays(a, b, config):
             assert torch.equal(out, expected), config.name
+
+
+@pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_splitk_calls_allocate_nothing_per_call(shape, deterministic):
+    """Repeated split-K calls of every config offered, D handed in, allocate no device
+    memory: each finds its stream's scratch (where torch is asked for deterministic
+    algorithms, a tensor made per call would be filled with NaN by a kernel of its own),
+    and stays exact."""
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    a, b = _ints((m, k), gen), _ints((k, n), gen)
+    want = (a.double() @ b.double()).half()
+    for config in _splitk_configs(a, b):
+        out = torch.empty((m, n), device="cuda", dtype=torch.float16)
+        mb.matmul(a, b, backend="triton", config=config, out=out)
+        torch.cuda.synchronize()
+        made = torch.cuda.memory_stats()["allocation.all.allocated"]
+        for _ in range(3):
+            mb.matmul(a, b, backend="triton", config=config, out=out)
+        torch.cuda.synchronize()
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == made, config.name
+        assert torch.equal(out, want), config.name
 
 
 @pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
