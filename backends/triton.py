@@ -655,6 +655,7 @@ class TritonBackend(Backend):
                         ACC=tl.float32 if problem.acc == "float32" else tl.float16,
                         B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, D_TMA=d_tma,
                         WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
+                        D_UNIT=1 if d_tma else d_unit(problem, d),
                         num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
         return (key, (programs, 1, 1),

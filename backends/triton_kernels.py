@@ -426,14 +426,14 @@ def matmul_tma_persistent_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, ACC: tl.constexpr,
     B_KMAJOR: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
-    D_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    D_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, D_UNIT: tl.constexpr,
 ):
     """Persistent GEMM over tensor-memory-accelerator descriptors: one program per SM walks
     the output tiles in grouped order; the TMA unit fetches A and B tiles (zero-filling past
     the edges) and stores D (clipping past the edges) when D's rows are 16-byte aligned and
-    there is no C (``D_TMA``), else D is stored through masked pointers (``d_ptr``, any
-    strides). B is read as (K, N) tiles, or as (N, K) tiles and transposed in registers when
-    it is column-major (``B_KMAJOR``)."""
+    there is no C (``D_TMA``), else the pointer kernels' epilogue stores D through masked
+    pointers (``d_ptr``, any strides; ``D_UNIT`` as there). B is read as (K, N) tiles, or
+    as (N, K) tiles and transposed in registers when it is column-major (``B_KMAJOR``)."""
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BLOCK_M)
     grid_n = tl.cdiv(N, BLOCK_N)
@@ -452,17 +452,11 @@ def matmul_tma_persistent_kernel(
             else:
                 b = b_desc.load([off_k, off_n])
             acc = tl.dot(a, b, acc, out_dtype=ACC)
-        if SCALE:
-            acc = acc * alpha
-        offs_m = (off_m + tl.arange(0, BLOCK_M)).to(tl.int64)
-        offs_n = (off_n + tl.arange(0, BLOCK_N)).to(tl.int64)
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        if HAS_C:
-            c = tl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn,
-                        mask=mask, other=0)
-            acc = acc + beta * c.to(ACC)
-        if D_TMA:
+        if D_TMA:  # no C
+            if SCALE:
+                acc = acc * alpha
             d_desc.store([off_m, off_n], acc.to(d_desc.dtype))
         else:
-            tl.store(d_ptr + offs_m[:, None] * stride_dm + offs_n[None, :] * stride_dn,
-                     acc.to(d_ptr.dtype.element_ty), mask=mask)
+            _epilogue(acc, c_ptr, d_ptr, 0, off_m + tl.arange(0, BLOCK_M),
+                      off_n + tl.arange(0, BLOCK_N), M, N, 0, stride_cm, stride_cn, 0,
+                      stride_dm, stride_dn, alpha, beta, ACC, HAS_C, SCALE, D_UNIT)

@@ -2,7 +2,8 @@
 holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
-    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_tiles|dot} {float16|bfloat16}
+    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot}
+        {float16|bfloat16}
 """
 from __future__ import annotations
 
@@ -43,10 +44,12 @@ def compile_pointer(dtype: str):
 
 
 def compile_tma(dtype: str, d_tma: bool = True, tile: tuple = TMA_TILES[0],
-                has_c: bool = False):
+                has_c: bool = False, d_unit: int | None = None):
     """The persistent TMA kernel for ``tile`` (an entry of TMA_TILES) as a launch on
     16-byte-aligned C and D specializes it; ``d_tma`` False: D stored through pointers (a D
-    whose rows are off the 16-byte grid, or a product with C)."""
+    whose rows are off the 16-byte grid, or a product with C). ``d_unit``: the rows of C and
+    D are 8 elements apart but not 16 (N = 1000: Triton sees no divisibility of their
+    strides), with that D_UNIT."""
     e = TYPES[dtype]
     bm, bn, bk, warps, stages, group, ws = tile
     args = [("a_desc", f"tensordesc<{e}[{bm}, {bk}]>"), ("b_desc", f"tensordesc<{e}[{bk}, {bn}]>"),
@@ -54,14 +57,14 @@ def compile_tma(dtype: str, d_tma: bool = True, tile: tuple = TMA_TILES[0],
             ("stride_cm", "i32"), ("stride_dm", "i32"), ("alpha", "fp32"), ("beta", "fp32")]
     consts = dict(stride_cn=1, stride_dn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
                   NUM_PROGRAMS=132, ACC=tl.float32, B_KMAJOR=False, HAS_C=has_c, SCALE=has_c,
-                  D_TMA=d_tma, WARP_SPECIALIZE=ws)
+                  D_TMA=d_tma, WARP_SPECIALIZE=ws, D_UNIT=d_unit or 1)
     if d_tma:
         args.insert(2, ("d_desc", f"tensordesc<{e}[{bm}, {bn}]>"))
     else:
         consts["d_desc"] = None
     fn = kernels.matmul_tma_persistent_kernel
-    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
-               for name in ("c_ptr", "d_ptr", "stride_cm", "stride_dm")}
+    shown = ("c_ptr", "d_ptr") + (() if d_unit else ("stride_cm", "stride_dm"))
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in shown}
     src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
                                     constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -95,7 +98,10 @@ def main() -> None:
         print(json.dumps(tma_tiles_shared(dtype)))
         return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
-                "tma_pointer_d": lambda d: compile_tma(d, d_tma=False)}[kind](dtype)
+                "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
+                "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
+                "tma_c_n8_plain": lambda d: compile_tma(d, False, TMA_TILES[2], True, 1),
+                }[kind](dtype)
     ptx = compiled.asm["ptx"]
     print(json.dumps({
         "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
@@ -104,6 +110,7 @@ def main() -> None:
         "tma_load": ptx.count("cp.async.bulk.tensor.2d.shared"),
         "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
         "global_stores": ptx.count("st.global"),
+        "d_element_stores": ptx.count("st.global.b16"),
         "vector_loads": ptx.count("ld.global.v4") + ptx.count("ld.global.nc.v4"),
         "shared": compiled.metadata.shared,
     }))
