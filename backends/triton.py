@@ -466,14 +466,18 @@ def _deterministic() -> bool:
     return torch.are_deterministic_algorithms_enabled()
 
 
-def d_unit(problem: Problem, d: Any) -> int:
-    """The epilogue's D_UNIT for D (see ``triton_kernels._epilogue``): its elements per 16
-    bytes where N and D's base, row and batch strides come in whole 16 bytes but Triton's
-    specialization (integers divisible by 16) does not show it, else 1."""
+def d_unit(problem: Problem, d: Any, c: Any = None) -> int:
+    """The epilogue's D_UNIT for D and C (see ``triton_kernels._epilogue``): D's elements
+    per 16 bytes where N and D's base, row and batch strides, and C's base and row and
+    batch strides where there is a C, come in whole 16 bytes of D but Triton's
+    specialization (integers divisible by 16) does not show it all, else 1."""
     unit = 16 // d.element_size()
     if unit == 1 or d.stride()[-1] != 1 or problem.n % unit or not _tma_ready(d):
         return 1
-    shown = problem.n % 16 == 0 and all(s % 16 == 0 for s in d.stride()[:-1])
+    rows = [*d.stride()[:-1], *(c.stride()[:-1] if c is not None else ())]
+    if c is not None and (c.data_ptr() % 16 or any(s % unit for s in rows)):
+        return 1
+    shown = problem.n % 16 == 0 and all(s % 16 == 0 for s in rows)
     return 1 if shown else unit
 
 
@@ -611,7 +615,7 @@ class TritonBackend(Backend):
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (key, grid, (a, b, c_arg, d, *ints, ops.alpha, ops.beta),
                 lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale,
-                             D_UNIT=d_unit(problem, d)))
+                             D_UNIT=d_unit(problem, d, c)))
 
     def _launcher(self) -> Launcher:
         if self._matmul_launcher is None:
@@ -655,7 +659,7 @@ class TritonBackend(Backend):
                         ACC=tl.float32 if problem.acc == "float32" else tl.float16,
                         B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, D_TMA=d_tma,
                         WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
-                        D_UNIT=1 if d_tma else d_unit(problem, d),
+                        D_UNIT=1 if d_tma else d_unit(problem, d, c if has_c else None),
                         num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
 
         return (key, (programs, 1, 1),
@@ -716,7 +720,7 @@ class TritonBackend(Backend):
         return (plan, partial_key, ints, reduce_key,
                 (c_arg, d, *rints, ops.alpha, ops.beta),
                 lambda: dict(plan.reduce_constexprs, HAS_C=c is not None, SCALE=scale,
-                             D_UNIT=d_unit(problem, d)))
+                             D_UNIT=d_unit(problem, d, c)))
 
     def _fused_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(plan, the fused split-K kernel's key, its integer arguments, its constexprs
@@ -733,7 +737,7 @@ class TritonBackend(Backend):
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (plan, key, ints,
                 lambda: dict(plan.constexprs, HAS_C=c is not None, SCALE=scale,
-                             D_UNIT=d_unit(problem, d)))
+                             D_UNIT=d_unit(problem, d, c)))
 
     def _fused_launcher(self) -> Launcher:
         if self._fused_kept is None:
@@ -818,7 +822,7 @@ class TritonBackend(Backend):
         def constexprs() -> dict[str, Any]:
             return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
                         GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
-                        ATOMIC=atomic, D_UNIT=d_unit(problem, d),
+                        ATOMIC=atomic, D_UNIT=d_unit(problem, d, c if has_c else None),
                         num_warps=config.get("num_warps"),
                         num_stages=config.get("num_stages"))
 

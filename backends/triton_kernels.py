@@ -94,18 +94,22 @@ def _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
     """D = alpha * acc + beta * C on rows ``offs_m`` and columns ``offs_n``, cast to D's
     dtype and stored masked to M x N.
 
-    D_UNIT > 1 says that N and D's base, row and batch strides come in whole runs of D_UNIT
-    elements (16 bytes), where Triton's specialization cannot tell (a multiple of 8 but not
-    of 16, e.g. N = 1000): rounding them down to that unit changes no value and lets the
-    compiler store D 16 bytes at a time, where it would otherwise store one element per
-    instruction. On an H100 (graph, f16, same run as torch.matmul) the 64x128x128 TMA tile
-    ran 1000x1000x1024 at 0.95x against 0.90x storing element by element; most of what N =
-    1000 costs against N = 1024 is in B's loads (the same tile, D stored 16 bytes at a time
-    in both: 1000^3 at 0.88x, 1024^3 at 1.02x)."""
+    D_UNIT > 1 says that N and the base, row and batch strides of D, and of C where there is
+    one, come in whole runs of D_UNIT elements (16 bytes of D), where Triton's
+    specialization cannot tell (a multiple of 8 but not of 16, e.g. N = 1000): rounding
+    them down to that unit changes no value and lets the compiler store D (and load C) 16
+    bytes at a time, where it would otherwise move one element per instruction. On an H100
+    (graph, f16, same run as torch.matmul) the 64x128x128 TMA tile ran 1000x1000x1024 at
+    0.95x against 0.90x storing element by element; most of what N = 1000 costs against
+    N = 1024 is in B's loads (the same tile, D stored 16 bytes at a time in both: 1000^3 at
+    0.88x, 1024^3 at 1.02x)."""
     if D_UNIT > 1:
         N = N // D_UNIT * D_UNIT
         stride_db = stride_db // D_UNIT * D_UNIT
         stride_dm = stride_dm // D_UNIT * D_UNIT
+        if HAS_C:
+            stride_cb = stride_cb // D_UNIT * D_UNIT
+            stride_cm = stride_cm // D_UNIT * D_UNIT
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     out_m = offs_m.to(tl.int64)
     out_n = offs_n.to(tl.int64)

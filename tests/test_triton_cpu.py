@@ -165,14 +165,16 @@ def test_tma_gemm_stores_a_misaligned_d_through_pointers():
     assert info["tma_store"] == 0 and info["global_stores"] > 0, info
 
 
-def test_tma_gemm_with_c_stores_d_16_bytes_at_a_time_where_told_n_allows_it():
+def test_tma_gemm_with_c_moves_c_and_d_16_bytes_at_a_time_where_told_n_allows_it():
     """The persistent TMA kernel with C stores D through the pointer epilogue: where N and
-    D's rows come in whole 16 bytes that Triton's specialization does not show (N = 1000),
-    one 16-bit element per instruction unless D_UNIT tells it, and then none."""
+    the rows of C and D come in whole 16 bytes that Triton's specialization does not show
+    (N = 1000), C is loaded and D stored one 16-bit element per instruction unless D_UNIT
+    tells it, and then none."""
     told, plain = _aot("tma_c_n8_unit", "float16"), _aot("tma_c_n8_plain", "float16")
     assert told["wgmma"] > 0 and told["tma_load"] > 0 and told["tma_store"] == 0, told
     assert told["d_element_stores"] == 0 and told["global_stores"] > 0, told
-    assert plain["d_element_stores"] > 0, plain
+    assert told["element_loads"] == 0 and told["vector_loads"] > 0, told
+    assert plain["d_element_stores"] > 0 and plain["element_loads"] > 0, plain
 
 
 def test_dot_kernel_uses_16_byte_loads():

@@ -128,6 +128,24 @@ def test_splitk_batched_with_a_broadcast_b(config):
 
 
 @interpreter_only
+@pytest.mark.parametrize("c_kind", ["matrix", "bias", "matrix_rows_1004"])
+def test_splitk_with_c_in_16_byte_units_the_specialization_hides(config, c_kind):
+    """N = 40 and C's rows 8 halves apart but not 16 (D_UNIT 8: N and the strides of C and
+    D rounded down to it in the epilogue), or C's rows 1004 apart (no unit): exact."""
+    from multibackend.backends.triton import d_unit
+
+    gen = torch.Generator().manual_seed(31)
+    a, b = _ints((17, 130), gen), _ints((130, 40), gen)
+    c = {"matrix": lambda: _ints((17, 40), gen),
+         "bias": lambda: _ints((40,), gen).expand(17, 40),
+         "matrix_rows_1004": lambda: _ints((17, 1004), gen)[:, :40]}[c_kind]()
+    d = torch.empty((17, 40), dtype=torch.float16)
+    assert d_unit(matmul_call(a, b).problem, d, c) == (1 if c_kind.endswith("1004") else 8)
+    _assert_exact(_splitk(a, b, c, alpha=-1.0, beta=0.5, config=config),
+                  _reference(a, b, c, -1.0, 0.5))
+
+
+@interpreter_only
 def test_splitk_staged_misaligned_product(config):
     """A misaligned product's staged split-K config: the copies, then both passes."""
     gen = torch.Generator().manual_seed(24)
@@ -763,6 +781,27 @@ def test_epilogue_unit_only_where_d_comes_in_16_bytes_that_specialization_hides(
     else:
         d = torch.empty((24, n), dtype=dtype)
     assert d_unit(matmul_call(a, b).problem, d) == want
+
+
+@pytest.mark.parametrize("c_view, want", [("same", 8), ("bias", 8), ("row_1004", 1),
+                                          ("col", 1), ("base_off_16", 1)])
+def test_epilogue_unit_with_c_only_where_c_comes_in_the_same_units(c_view, want):
+    """With a C, D_UNIT rounds C's row and batch strides too: given only where they are
+    whole units as well and C's base is 16-byte aligned (a bias broadcast over the rows,
+    row stride 0, is); else 1."""
+    from multibackend.backends.triton import d_unit
+    from multibackend.request import matmul_call
+
+    a, b = torch.ones((24, 32), dtype=torch.float16), torch.ones((32, 1000),
+                                                                  dtype=torch.float16)
+    d = torch.empty((24, 1000), dtype=torch.float16)
+    c = {"same": lambda: torch.empty((24, 1000), dtype=torch.float16),
+         "bias": lambda: torch.empty(1000, dtype=torch.float16).expand(24, 1000),
+         "row_1004": lambda: torch.empty((24, 1004), dtype=torch.float16)[:, :1000],
+         "col": lambda: torch.empty((1000, 24), dtype=torch.float16).T,
+         "base_off_16": lambda: torch.empty(24 * 1000 + 8, dtype=torch.float16)[1:24001]
+         .view(24, 1000)}[c_view]()
+    assert d_unit(matmul_call(a, b).problem, d, c) == want
 
 
 @pytest.mark.parametrize("kind", ["tma_few", "tma_skinny", "tma_ordered", "tma_kmajor"])

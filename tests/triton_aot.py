@@ -111,6 +111,7 @@ def main() -> None:
         "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
         "global_stores": ptx.count("st.global"),
         "d_element_stores": ptx.count("st.global.b16"),
+        "element_loads": ptx.count("ld.global.b16"),
         "vector_loads": ptx.count("ld.global.v4") + ptx.count("ld.global.nc.v4"),
         "shared": compiled.metadata.shared,
     }))
