@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from typing import Any
 
 from multibackend import cutlass_build, cutlass_emit, driver, dtypes, native, staging, toolchain
@@ -318,10 +319,13 @@ class _Prepared:
     The workspace is allocated at the first launch on each stream and kept for every later
     one: launches on one stream run one after another and share it, launches on two streams
     may overlap and get one each. The first stream's goes into ``shape``; each other stream
-    has its own copy of the array."""
+    has its own copy of the array. Streams are given their workspace under a lock: first
+    launches on two streams from two threads at once would otherwise both take ``shape``,
+    and share one workspace."""
 
     __slots__ = ("library", "gemm", "shape", "shape_address", "integer", "d_align_mask",
-                 "has_c", "device", "workspace_bytes", "stream", "workspace", "others")
+                 "has_c", "device", "workspace_bytes", "stream", "workspace", "others",
+                 "lock")
 
     def __init__(self, library: cutlass_build.Library, args: tuple[int, ...],
                  settings: tuple[int, ...], integer: bool, d_align_bytes: int, has_c: bool,
@@ -338,20 +342,26 @@ class _Prepared:
         self.stream: int | None = None  # the stream whose workspace ``shape`` holds
         self.workspace: Any = None
         self.others: dict[int, tuple[int, Any, Any]] = {}  # stream -> (address, array, buffer)
+        self.lock = threading.Lock()
 
     def address_on(self, stream: int) -> int:
         """The address of the launch array whose workspace serves ``stream``, allocating
         that workspace at the stream's first launch."""
-        if self.stream is None:
-            self.workspace = self._attach(self.shape)
-            self.stream = stream
-            return self.shape_address
         found = self.others.get(stream)
-        if found is None:
-            shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
-            found = (ctypes.addressof(shape), shape, self._attach(shape))
-            self.others[stream] = found
-        return found[0]
+        if found is not None:
+            return found[0]
+        with self.lock:
+            if self.stream is None:
+                self.workspace = self._attach(self.shape)
+                self.stream = stream
+            if stream == self.stream:
+                return self.shape_address
+            found = self.others.get(stream)
+            if found is None:
+                shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
+                found = (ctypes.addressof(shape), shape, self._attach(shape))
+                self.others[stream] = found
+            return found[0]
 
     def _attach(self, shape: Any) -> Any:
         buffer = allocate_workspace(self.device, self.workspace_bytes)

@@ -259,6 +259,36 @@ def test_workspace_is_allocated_once_per_stream_never_per_call(monkeypatch):
     assert library.launches[3:] == [second, second, first]
 
 
+def test_first_launches_on_two_streams_from_two_threads_get_one_workspace_each(monkeypatch):
+    """Two threads launching the same prepared kernel for the first time, each on its own
+    stream, at once (both inside the workspace allocation together, where nothing
+    serializes them): each launch sees its own stream's workspace."""
+    import threading
+
+    backend, problem, config, library, allocated = _backend_with(monkeypatch, 4096)
+    backend.prepare(problem, config)
+    both_inside = threading.Barrier(2, timeout=0.5)
+    allocate = backend_module.allocate_workspace
+
+    def allocate_together(device, nbytes):
+        try:
+            both_inside.wait()
+        except threading.BrokenBarrierError:  # the other thread waits its turn
+            pass
+        return allocate(device, nbytes)
+
+    monkeypatch.setattr(backend_module, "allocate_workspace", allocate_together)
+    threads = [threading.Thread(target=_run, args=(backend, problem, config, stream))
+               for stream in (11, 22)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(allocated) == 2 and len(library.launches) == 2
+    assert library.launches[0][0] != library.launches[1][0]
+    assert {launch[1] for launch in library.launches} == {0x7100_0000, 0x7200_0000}
+
+
 def test_kernel_without_workspace_allocates_nothing(monkeypatch):
     backend, problem, config, library, allocated = _backend_with(monkeypatch, 0)
     for stream in (11, 22, 11):
