@@ -21,10 +21,11 @@ prepared and allocated at its first launch on each stream, never per call.
 Choosing per shape: the default kernel (128x256 tiles for 16-bit types) is the best for large
 products and builds alone. For 16-bit products the "autotune" config, offered right after it,
 times a shortlist (:func:`autotune_shortlist`: the default, 256x128, 128x128 and 192x128
-persistent tiles, the 128x128 ping-pong kernel, two stream-K kernels forced into stream-K,
-and split-K) on its first call for a shape, and runs the fastest from then on. Its first call
-on a machine builds seven kernels (in parallel nvcc processes, then cached), which is why it
-is not the default.
+persistent tiles, the 128x128 ping-pong kernel, where the default leaves SMs idle 64x128 and
+128x64 tiles in two-CTA clusters, two stream-K kernels forced into stream-K, and split-K) on
+its first call for a shape, and runs the fastest from then on. Its first call on a machine
+builds seven kernels, or nine (in parallel nvcc processes, then cached), which is why it is
+not the default.
 """
 from __future__ import annotations
 
@@ -184,13 +185,20 @@ def _tile_area(candidate: cutlass_emit.Candidate) -> int:
     return rows * cols
 
 
+def few_tiles(problem: Problem, default: cutlass_emit.Candidate) -> bool:
+    """Whether a 16-bit ``problem`` whose default kernel is ``default`` (a 3.x one) leaves
+    SMs idle in that kernel: fewer of its output tiles than SM90_SMS."""
+    return (problem.in_dtype in STREAM_K_TYPES and default.is_3x
+            and output_tiles(problem, default) < SM90_SMS)
+
+
 def stream_k_fits(problem: Problem, default: cutlass_emit.Candidate) -> bool:
     """Whether a 16-bit ``problem`` whose default kernel is ``default`` (a 3.x one) is worth
-    the stream-K kernels: skinny (D at most SKINNY rows or columns) or with fewer output tiles
-    of the default than SM90_SMS, and with more K tiles than stream-K's minimum per CTA."""
+    the stream-K kernels: skinny (D at most SKINNY rows or columns) or of :func:`few_tiles`,
+    and with more K tiles than stream-K's minimum per CTA."""
     return (problem.in_dtype in STREAM_K_TYPES and default.is_3x
             and k_tiles(problem, default) > MIN_STREAM_K_ITERS
-            and (min(problem.m, problem.n) <= SKINNY or output_tiles(problem, default) < SM90_SMS))
+            and (min(problem.m, problem.n) <= SKINNY or few_tiles(problem, default)))
 
 
 def split_counts(tiles: int, k_tile_count: int) -> list[int]:
@@ -236,6 +244,11 @@ AUTOTUNE = Config.of("autotune")
 #: against 0.76x)
 AUTOTUNE_PERSISTENT = ("256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
                        "128x128x64_1x1x1_pingpong_tma", "192x128x64_1x2x1_cooperative_tma")
+#: kernels of half the 128x128 tile the "autotune" config also times where the default leaves
+#: SMs idle (:func:`few_tiles`), each in a two-CTA cluster that multicasts one operand's tile
+#: to both: 64 rows by 128 columns (cooperative) and 128 rows by 64 columns (ping-pong); see
+#: :data:`multibackend.cutlass_emit.NARROWED_TILES` for what they ran
+AUTOTUNE_FEW_TILES = ("64x128x64_2x1x1_cooperative_tma", "128x64x64_2x1x1_pingpong_tma")
 #: stream-K kernels the "autotune" config times forced into stream-K (where the problem has
 #: more K tiles than stream-K's minimum), the last also in split-K at :func:`split_counts`:
 #: 1.2 waves of 128x256 tiles (512x10240x8192) ran at 0.92x forced into stream-K against 0.69x
@@ -247,9 +260,10 @@ AUTOTUNE_STREAM_K = ("128x256x64_2x1x1_cooperative_tma_streamk",
 def autotune_shortlist(problem: Problem,
                        found: list[cutlass_emit.Candidate] | None = None) -> list[Config]:
     """What the "autotune" config times for a 16-bit ``problem`` (its candidates ``found``):
-    the default kernel first, then those of :data:`AUTOTUNE_PERSISTENT` and the stream-K and
-    split-K configs of :data:`AUTOTUNE_STREAM_K` that can run it. Empty for other types, and
-    where fewer than two are found (a misaligned problem's kernels are others)."""
+    the default kernel first, then those of :data:`AUTOTUNE_PERSISTENT`, of
+    :data:`AUTOTUNE_FEW_TILES` (where :func:`few_tiles`) and the stream-K and split-K configs
+    of :data:`AUTOTUNE_STREAM_K` that can run it. Empty for other types, and where fewer
+    than two are found (a misaligned problem's kernels are others)."""
     found = cutlass_emit.candidates(problem) if found is None else found
     if problem.in_dtype not in STREAM_K_TYPES:
         return []
@@ -257,7 +271,8 @@ def autotune_shortlist(problem: Problem,
     default = next((c for c in found if not _is_stream_k(c)), None)
     if default is None:
         return []
-    offered = [_config(default)] + [_config(by_name[n]) for n in AUTOTUNE_PERSISTENT
+    persistent = AUTOTUNE_PERSISTENT + (AUTOTUNE_FEW_TILES if few_tiles(problem, default) else ())
+    offered = [_config(default)] + [_config(by_name[n]) for n in persistent
                                     if n in by_name and n != default.name]
     streamed = [by_name[n] for n in AUTOTUNE_STREAM_K if n in by_name]
     streamed = [c for c in streamed if k_tiles(problem, c) > MIN_STREAM_K_ITERS]

@@ -90,14 +90,26 @@ _EPILOGUES_3X = {"TmaWarpSpecializedCooperative": "tma", "TmaWarpSpecialized": "
 
 
 #: 3.x tiles (the kernel's M x N x K) made from a default tile of a generator function by
-#: narrowing WGMMA's N, in its 16-bit TMA kernels: 128 x 192, which is 192 rows of D by 128
-#: columns. 1536 rows are eight such tiles: a 1536^3 product has 96 of them (one wave on 132
-#: SMs) where 128x256 tiles leave 72 and 128x128 tiles 144 (f16, graph, H100: 0.82x
-#: torch.matmul against 0.69x; 3000^3 0.89x against 0.85x). The generator stamps these
-#: kernels only at its level of every WGMMA shape (some 130,000 operations, seconds to
-#: make); its 128 x 256 kernels with the tile changed are the same kernels (names and
-#: instance source), since CUTLASS's collective builder picks the WGMMA atom from the tile.
-NARROWED_TILES = {"GenerateSM90_TensorOp_16b_WGMMA_gemm": {(128, 256, 64): (128, 192, 64)}}
+#: narrowing WGMMA's N, in its 16-bit TMA kernels. 128 x 192 is 192 rows of D by 128
+#: columns: 1536 rows are eight such tiles, so a 1536^3 product has 96 of them (one wave on
+#: 132 SMs) where 128x256 tiles leave 72 and 128x128 tiles 144 (f16, graph, H100: 0.82x
+#: torch.matmul against 0.69x; 3000^3 0.89x against 0.85x). 64 x 128 (128 rows of D by 64
+#: columns, ping-pong: one warpgroup per tile) and 128 x 64 (64 rows by 128 columns,
+#: cooperative) give few-tile products twice the tiles of 128 x 128, and in a two-CTA
+#: cluster one operand's tile is multicast to both (f16 / bf16, graph, H100: 1000^3 at
+#: 0.96x / 0.94x torch.matmul in 128 x 64 cooperative tiles of a two-CTA cluster, where
+#: CUTLASS's 128 x 128 tile ran 0.87x / 0.85x and Triton's best 0.91x / 0.90x;
+#: 256x4096x14336 at 1.02x / 1.01x in 64 x 128 ping-pong tiles, against 0.98x / 0.97x).
+#: The generator stamps 128 x 192 and 128 x 64 kernels only at its level of every WGMMA
+#: shape (some 130,000 operations, seconds to make), 64 x 128 ones only unpruned as well;
+#: its kernels with the tile changed are the same kernels (names and instance source),
+#: since CUTLASS's collective builder picks the WGMMA atom from the tile.
+NARROWED_TILES = {"GenerateSM90_TensorOp_16b_WGMMA_gemm": {(128, 256, 64): (128, 192, 64),
+                                                         (64, 256, 64): (64, 128, 64),
+                                                         (128, 128, 64): (128, 64, 64)}}
+#: narrowed tiles made with the persistent tile scheduler only: their stream-K kernels, never
+#: measured, would pad a skinny product least and so displace the stream-K kernel it is offered
+PERSISTENT_ONLY = ((64, 128, 64), (128, 64, 64))
 
 
 class Collector:
@@ -137,14 +149,15 @@ def generated(function: str, cc: int) -> tuple:
 
 
 def _narrowed(ops: tuple, tiles: dict) -> tuple:
-    """Copies of the ``ops`` whose tile is a key of ``tiles``, with the tile it maps to."""
+    """Copies of the ``ops`` whose tile is a key of ``tiles``, with the tile it maps to (those
+    of the stream-K scheduler left out for :data:`PERSISTENT_ONLY` tiles)."""
     from cutlass_library.library import TileDescription
 
     made = []
     for op in ops:
         old = op.tile_description
         tile = tiles.get(tuple(old.threadblock_shape))
-        if tile is None:
+        if tile is None or (tile in PERSISTENT_ONLY and op.tile_scheduler.name != "Default"):
             continue
         narrow = copy.copy(op)
         narrow.tile_description = TileDescription(

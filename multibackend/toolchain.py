@@ -92,10 +92,24 @@ def find_binary_tool(name: str) -> Path | None:
     return None
 
 
-def sass(cubin: Path) -> str:
-    """The SASS text of a cubin (cuobjdump --dump-sass)."""
+def _cuobjdump(binary: Path, flag: str) -> str:
     tool = find_binary_tool("cuobjdump")
     if tool is None:
         raise FileNotFoundError("cuobjdump not found in the CUDA toolkit nor in Triton's wheel")
-    return subprocess.run([str(tool), "--dump-sass", str(cubin)], capture_output=True,
-                          text=True, check=True).stdout
+    return subprocess.run([str(tool), flag, str(binary)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def sass(cubin: Path) -> str:
+    """The SASS text of a cubin (cuobjdump --dump-sass)."""
+    return _cuobjdump(cubin, "--dump-sass")
+
+
+_RESOURCES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)")
+
+
+def resource_usage(binary: Path) -> dict[str, tuple[int, int, int]]:
+    """Per kernel function of a cubin or library: (registers, stack bytes, local-memory
+    bytes), from cuobjdump --dump-resource-usage."""
+    return {name: (int(reg), int(stack), int(local)) for name, reg, stack, local
+            in _RESOURCES.findall(_cuobjdump(binary, "--dump-resource-usage"))}

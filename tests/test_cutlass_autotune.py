@@ -5,13 +5,14 @@ autotuning (:func:`multibackend.timing.fastest`): ties go to the earlier candida
 that fails is left out. The kernels themselves run in the GPU tier."""
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
 
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, timing  # noqa: E402
+from multibackend import cutlass_build, cutlass_emit, timing, toolchain  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config, Operands  # noqa: E402
 from multibackend.errors import KernelRefused  # noqa: E402
@@ -21,6 +22,7 @@ AUTOTUNE = backend_module.AUTOTUNE
 DEFAULT = "128x256x64_2x1x1_cooperative_tma"
 PERSISTENT = [DEFAULT, "256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
               "128x128x64_1x1x1_pingpong_tma", "192x128x64_1x2x1_cooperative_tma"]
+FEW_TILES = ["64x128x64_2x1x1_cooperative_tma", "128x64x64_2x1x1_pingpong_tma"]
 FORCED = ["128x256x64_2x1x1_cooperative_tma_streamk_forced",
           "128x128x64_1x1x1_cooperative_tma_streamk_forced"]
 
@@ -42,14 +44,42 @@ def test_shortlist_of_a_many_tile_product_is_the_default_then_four_tiles_and_str
 
 def test_shortlist_splits_k_where_the_small_tiles_leave_sms_idle():
     """8x4096x4096: 32 tiles of 128 x 128 and 64 K tiles: split in 4 (128 CTAs) and 2;
-    1024x1024x16384: 64 tiles, split in 2 only (4 would need 256 CTAs)."""
+    1024x1024x16384: 64 tiles, split in 2 only (4 would need 256 CTAs). Both leave SMs idle
+    in the default's 16 and 32 tiles: the half-size tiles in clusters are timed too."""
     skinny = backend_module.autotune_shortlist(synthetic(8, 4096, 4096, "float16", cc=(9, 0)))
-    assert _names(skinny)[7:] == ["128x128x64_1x1x1_cooperative_tma_splitk4",
+    assert _names(skinny)[9:] == ["128x128x64_1x1x1_cooperative_tma_splitk4",
                                   "128x128x64_1x1x1_cooperative_tma_splitk2"]
-    assert [(c.get("decomposition"), c.get("splits")) for c in skinny[7:]] == [
+    assert [(c.get("decomposition"), c.get("splits")) for c in skinny[9:]] == [
         ("split_k", 4), ("split_k", 2)]
     deep = backend_module.autotune_shortlist(synthetic(1024, 1024, 16384, "float16", cc=(9, 0)))
-    assert _names(deep) == PERSISTENT + FORCED + ["128x128x64_1x1x1_cooperative_tma_splitk2"]
+    assert _names(deep) == (PERSISTENT + FEW_TILES + FORCED
+                            + ["128x128x64_1x1x1_cooperative_tma_splitk2"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("shape, few", [((1000, 1000, 1000), True), ((2048, 2048, 2048), True),
+                                        ((2048, 4096, 2048), False), ((4096, 4096, 512), False)])
+def test_half_size_tiles_in_clusters_are_timed_only_where_the_default_leaves_sms_idle(
+        dtype, shape, few):
+    """1000^3: 32 tiles of 128 x 256; 2048^3: 128; 2048x4096: 256 (two waves); 4096^2: 512.
+    The half-size tiles come from the generator's larger ones (their tile, cluster, schedule
+    and epilogue as named), their M and N in the caller's terms, with the persistent tile
+    scheduler only (none of them is a stream-K kernel)."""
+    problem = synthetic(*shape, dtype, cc=(9, 0))
+    names = _names(backend_module.autotune_shortlist(problem))
+    assert backend_module.few_tiles(problem, backend_module.candidate_for(
+        problem, Config.of(DEFAULT))) is few
+    assert names[:5] == PERSISTENT
+    assert (names[5:7] == FEW_TILES) is few
+    assert not few or not set(FEW_TILES) & set(names[7:])
+    for name in FEW_TILES:
+        params = dict(backend_module.candidate_for(problem, Config.of(name)).params)
+        rows, cols = (64, 128) if name.startswith("64x") else (128, 64)
+        assert params["tile"] == (rows, cols, 64) and params["cluster"] == (2, 1, 1)
+        assert params["epilogue"] == "tma" and params["scheduler"] == "persistent"
+    half = [c for c in cutlass_emit.candidates(problem) if dict(c.params)["tile"][:2] in
+            ((64, 128), (128, 64))]
+    assert len(half) >= 30 and {dict(c.params)["scheduler"] for c in half} == {"persistent"}
 
 
 def test_shortlist_leaves_out_stream_k_at_few_k_tiles():
@@ -219,27 +249,57 @@ def test_fastest_leaves_out_a_candidate_that_fails(monkeypatch):
 
 
 class _EveryWgmmaShape(cutlass_emit.Collector):
-    """The generator at its level of every WGMMA shape (the last digit of the level)."""
+    """The generator unpruned, at its level of every WGMMA shape (the last digit of the
+    level; the pruning digit, the thousands, at 1)."""
 
     def get_instantiation_level(self, pruned_level: int = 0, default_level: int = 111,
                                 exhaustive_level: int = 9992) -> int:
-        return super().get_instantiation_level(pruned_level, default_level) // 10 * 10 + 3
+        return 1000 + super().get_instantiation_level(pruned_level, default_level) // 10 * 10 + 3
 
 
 def test_narrowed_tiles_are_the_generators_own_kernels():
-    """The 128 x 192 kernels made by narrowing 128 x 256 ones have the names and instance
-    source of those the generator stamps out when asked for every WGMMA shape."""
+    """The kernels made by narrowing the generator's tiles (128 x 192 from 128 x 256, 64 x 128
+    from 64 x 256, 128 x 64 from 128 x 128) have the names and instance source of kernels
+    the generator stamps out when asked for every WGMMA shape, unpruned."""
     from cutlass_library import generator
     from cutlass_library.gemm_operation import EmitGemmUniversal3xInstance
 
     function = "GenerateSM90_TensorOp_16b_WGMMA_gemm"
-    (tile,) = cutlass_emit.NARROWED_TILES[function].values()
-    ours = {op.procedural_name(): op for op in cutlass_emit.generated(function, 90)
-            if tuple(op.tile_description.threadblock_shape) == tile}
     collector = _EveryWgmmaShape(90)
     getattr(generator, function)(collector, cutlass_emit.CUDA_VERSION)
-    theirs = {op.procedural_name(): op for op in collector.operations
-              if tuple(op.tile_description.threadblock_shape) == tile}
-    assert len(ours) >= 1000 and set(ours) == set(theirs)
     emit = EmitGemmUniversal3xInstance().emit
-    assert all(emit(ours[name]) == emit(theirs[name]) for name in ours)
+    tiles = cutlass_emit.NARROWED_TILES[function].values()
+    assert set(tiles) == {(128, 192, 64), (64, 128, 64), (128, 64, 64)}
+    for tile in tiles:
+        ours = {op.procedural_name(): op for op in cutlass_emit.generated(function, 90)
+                if tuple(op.tile_description.threadblock_shape) == tile}
+        theirs = {op.procedural_name(): op for op in collector.operations
+                  if tuple(op.tile_description.threadblock_shape) == tile}
+        assert len(ours) >= 700 and set(ours) <= set(theirs), tile
+        assert all(emit(ours[name]) == emit(theirs[name]) for name in ours), tile
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
+def test_half_size_tiles_build_with_multicast_loads_and_no_spills(tmp_path, monkeypatch):
+    """The two kernels :data:`AUTOTUNE_FEW_TILES` adds, built by nvcc for sm_90a (f16, in
+    parallel): a warpgroup's WGMMA is 64 x 64 in the cooperative 64 x 128 tile (two
+    warpgroups side by side) and 64 x 128 in the ping-pong 128 x 64 one; each loads an
+    operand's tiles multicast to its cluster, and keeps everything in registers."""
+    if toolchain.find_binary_tool("cuobjdump") is None:
+        pytest.skip("cuobjdump not found in the CUDA toolkit nor in Triton's wheel")
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    problem = synthetic(1000, 1000, 1000, "float16", cc=(9, 0))
+    candidates = [backend_module.candidate_for(problem, Config.of(n)) for n in FEW_TILES]
+    paths = cutlass_build.build_many([(cutlass_emit.emit(c), c.arch, c.name)
+                                      for c in candidates], 2)
+    for candidate, path, wgmma in zip(candidates, paths, ("64x64x16", "64x128x16")):
+        assert not isinstance(path, Exception), path
+        assert candidate.arch == "90a"
+        sass = toolchain.sass(path)
+        assert set(re.findall(r"\bHGMMA\.(\d+x\d+x\d+)\.F32\b", sass)) == {wgmma}, candidate.name
+        assert re.search(r"\bUTMALDG\.\dD\.MULTICAST\b", sass), candidate.name
+        usage = {name: u for name, u in toolchain.resource_usage(path).items()
+                 if candidate.operation.procedural_name() in name}
+        assert usage, candidate.name
+        assert all(stack == 0 and local == 0 for _, stack, local in usage.values()), usage

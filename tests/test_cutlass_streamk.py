@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -307,18 +306,10 @@ def test_prepared_state_is_kept_per_problem_and_config(monkeypatch):
 
 # -- one real build --------------------------------------------------------------------------
 
-_RESOURCES = re.compile(r"Function (\S+):\s*\n\s*REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)")
-
-
 def _resources(library_path) -> dict[str, tuple[int, int, int]]:
-    """Per kernel function: (registers, stack bytes, local-memory bytes) from cuobjdump."""
-    tool = toolchain.find_binary_tool("cuobjdump")
-    if tool is None:
+    if toolchain.find_binary_tool("cuobjdump") is None:
         pytest.skip("cuobjdump not found in the CUDA toolkit nor in Triton's wheel")
-    out = subprocess.run([str(tool), "--dump-resource-usage", str(library_path)],
-                         capture_output=True, text=True, check=True).stdout
-    return {name: (int(reg), int(stack), int(local))
-            for name, reg, stack, local in _RESOURCES.findall(out)}
+    return toolchain.resource_usage(library_path)
 
 
 @pytest.fixture(scope="module")

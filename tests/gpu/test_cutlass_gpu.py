@@ -64,14 +64,16 @@ ODD_TYPES = [
     (("float32", "float32", "float32", "tf32x3", 1, 1), [RR]),
 ]
 #: tuning candidates run beside the default (the first of the list) with every CTA swizzle and
-#: raster order: together they have each tile shape (128x256, 256x128), each cluster size and
+#: raster order: together they have each tile shape (128x256, 256x128, and the narrowed
+#: 64x128 cooperative and 128x64 ping-pong ones), each cluster size and
 #: direction (1, 2 and 4 CTAs) and each tile scheduler (persistent, stream-K) of the 3.x
 #: candidates. f16 and bf16 kernels differ only in their element type, so each is run in one.
 #: The candidate problem has few tiles and a long K, so that stream-K is offered for it.
 CANDIDATE_KERNELS = {
     "float16": ("256x128x64_1x2x1_cooperative_tma", "128x256x64_1x1x1_cooperative_tma",
                 "128x256x64_2x2x1_cooperative_tma"),
-    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "256x128x64_1x1x1_cooperative_tma_streamk"),
+    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "256x128x64_1x1x1_cooperative_tma_streamk",
+                 "64x128x64_1x2x1_cooperative_tma", "128x64x64_1x1x1_pingpong_tma"),
 }
 #: the stream-K kernel offered for _stream_k_problem (and the candidate problem): of the
 #: stream-K kernels, the one whose tiles pad 200 x 264 least (3 tiles of 256 x 128)
@@ -340,9 +342,10 @@ def test_stream_k_workspace_is_kept_and_results_repeat_bit_for_bit():
 
 def test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it():
     """Every config of the "autotune" shortlist (persistent 128x256, 256x128, 128x128 and
-    192x128 tiles, the ping-pong kernel, two stream-K kernels forced into stream-K and split-K) on
-    ragged sizes with C and beta; then the config itself: it times them on the call's
-    operands, runs the fastest, and a second call runs the same one, bit for bit."""
+    192x128 tiles, the ping-pong kernel, 64x128 and 128x64 tiles in two-CTA clusters, two
+    stream-K kernels forced into stream-K and split-K) on ragged sizes with C and beta; then
+    the config itself: it times them on the call's operands, runs the fastest, and a second
+    call runs the same one, bit for bit."""
     gen = torch.Generator().manual_seed(23)
     a = _matrix("float16", 1, 200, 1032, "row", gen, False)
     b = _matrix("float16", 1, 1032, 264, "row", gen, False)
@@ -350,7 +353,8 @@ def test_autotune_runs_a_kernel_of_its_shortlist_and_keeps_it():
     problem = _problem(a, b, c, "float16", "float32", None)
     shortlist = backend_module.autotune_shortlist(problem)
     assert shortlist == backend_module.autotune_shortlist(_autotune_problem())  # prebuilt
-    assert len(shortlist) == 9 and any(x.get("splits") for x in shortlist)
+    assert len(shortlist) == 11 and any(x.get("splits") for x in shortlist)
+    assert set(backend_module.AUTOTUNE_FEW_TILES) <= {x.name for x in shortlist}
     for config in shortlist:
         d = _run(problem, a, b, c, 1.5, -0.5, config)
         _check(problem, a, b, c, d, 1.5, -0.5)
