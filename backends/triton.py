@@ -140,8 +140,9 @@ TMA_SPLITK_WAVES_STAGES = 3
 #: float32 sum by atomics)
 TMA_SPLITK_MIN_STEPS = 2
 TMA_SPLITK_MAX_SPLITS = 64
-#: the float32 sums of the TMA split-K kernel's atomic reduction: elements per stream's share
-#: of a device's pool, and shares per pool (a stream needing more gets a buffer of its own)
+#: the float32 sums of the TMA split-K kernel's atomic reduction: elements per chunk of a
+#: device's pool, and chunks per pool (a stream takes as many as it needs; one needing more
+#: than the pool has left gets a buffer of its own: :mod:`.stream_buffers`)
 SUMS_CHUNK = 1 << 18
 SUMS_CHUNKS = 32
 #: a tile split in slices is offered unsplit too where its tiles fill this share of a wave:

@@ -220,6 +220,41 @@ def test_stream_scratch_is_kept_per_stream_grows_by_doubling_and_is_left_unfille
     assert torch.utils.deterministic.fill_uninitialized_memory
 
 
+def test_tile_counters_give_each_stream_the_pool_chunks_it_needs_zeroed_once():
+    """Each stream's share is carved from one zeroed pool per device: as many consecutive
+    chunks as its count needs, a larger share when it outgrows one (at least twice as large
+    where the pool has that left; the old kept), returned again while large enough; only a
+    need beyond what the pool has left is made on its own."""
+    from multibackend.backends.stream_buffers import TileCounters
+
+    cpu, counters = torch.device("cpu"), TileCounters(chunk=100, chunks=12, dtype="float32")
+    first = counters.get(cpu, 1, 60)
+    pool = counters._pools[-1][0]
+    assert pool.numel() == 1200 and not pool.any()
+
+    def chunks_of(t):
+        offset = (t.data_ptr() - pool.data_ptr()) // 4
+        assert 0 <= offset < pool.numel() and t.untyped_storage().data_ptr() == \
+            pool.untyped_storage().data_ptr()
+        return offset // 100, t.numel() // 100
+
+    assert chunks_of(first) == (0, 1) and counters.get(cpu, 1, 100) is first
+    several = counters.get(cpu, 2, 150)
+    assert chunks_of(several) == (1, 2)
+    doubled = counters.get(cpu, 1, 101)  # one chunk outgrown: two taken
+    assert chunks_of(doubled) == (3, 2) and counters.get(cpu, 1, 200) is doubled
+    grown = counters.get(cpu, 2, 301)
+    assert chunks_of(grown) == (5, 4) and counters.get(cpu, 2, 400) is grown
+    assert any(t is first for t in counters._outgrown)
+    assert any(t is several for t in counters._outgrown)
+    last = counters.get(cpu, 1, 201)  # three wanted; twice its two is past the pool
+    assert chunks_of(last) == (9, 3)
+    own = counters.get(cpu, 3, 101)  # two chunks wanted, none left
+    assert own.numel() == 101 and not own.any()
+    assert own.untyped_storage().data_ptr() != pool.untyped_storage().data_ptr()
+    assert counters.get(cpu, 2, 400) is grown and counters.get(cpu, 3, 50) is own
+
+
 @interpreter_only
 def test_splitk_is_deterministic(config):
     """The slices are added in one order (fused: by whichever program of a tile arrives

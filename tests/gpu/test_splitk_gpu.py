@@ -6,9 +6,9 @@ operands; on random operands (float32 sums whose order matters), with torch's
 deterministic algorithms on, the same bits from a CUDA graph's replays as from the first
 call, and with them off (the TMA kernel adding slices by atomics) results within a bound
 of the slice-order ones, graph replays included; and the fused kernels' tile counters and
-float32 sums: one buffer per stream, none allocated while capturing, left at zero, and two
-streams running the same product at once both exact; and no call allocating (its stream's
-scratch kept)."""
+float32 sums: one buffer per stream, none allocated while capturing (sums spanning several
+chunks of the pool included), left at zero, and two streams running the same product at once
+both exact; and no call allocating (its stream's scratch kept)."""
 from __future__ import annotations
 
 import pytest
@@ -192,3 +192,60 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, want)
+
+
+def test_tma_splitk_graph_on_a_new_stream_takes_sums_spanning_chunks_from_the_pool(
+        monkeypatch):
+    """A product whose float32 sums need several chunks of the pool (1024 x 1024 in
+    128-row tiles: four or more): a graph captured on a stream met first there takes them
+    from the pool, so the capture allocates nothing (a buffer of the stream's own would be
+    zeroed by a memset node replayed with the graph on every run); its replays stay exact
+    and leave the sums at zero."""
+    from multibackend.backends import triton as triton_module
+    from multibackend.backends.stream_buffers import TileCounters
+    from multibackend.registry import REGISTRY
+
+    backend = REGISTRY.get("triton")
+    sums = TileCounters(triton_module.SUMS_CHUNK, triton_module.SUMS_CHUNKS, "float32")
+    monkeypatch.setattr(backend, "_sums", sums)  # pools no other test has drawn on
+    monkeypatch.setattr(backend, "_counters", TileCounters())
+    m, n, k = 1024, 1024, 16384
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    a, b = _ints((m, k), gen), _ints((k, n), gen)
+    want = (a.double() @ b.double()).half()
+
+    def need(config) -> int:
+        bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
+        return -(-m // bm) * -(-n // bn) * bm * bn
+
+    wide = sorted((c for c in _splitk_configs(a, b) if c.get("kind") == "tma_splitk"
+                   and c.get("SPLIT_K") > 1 and need(c) > triton_module.SUMS_CHUNK),
+                  key=need, reverse=True)  # the first capture takes the largest share
+    assert wide
+    device, stream = torch.cuda.current_device(), torch.cuda.Stream()
+    out = torch.empty((m, n), device="cuda", dtype=torch.float16)
+
+    def allocations_capturing(call) -> tuple[int, torch.cuda.CUDAGraph]:
+        torch.cuda.synchronize()
+        made = torch.cuda.memory_stats()["allocation.all.allocated"]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            call()
+        return torch.cuda.memory_stats()["allocation.all.allocated"] - made, graph
+
+    allocations_capturing(out.zero_)  # what torch allocates at a process's first capture
+    for config in wide:
+        mb.matmul(a, b, backend="triton", config=config, out=out)
+        baseline, _ = allocations_capturing(out.zero_)
+        made, graph = allocations_capturing(
+            lambda: mb.matmul(a, b, backend="triton", config=config, out=out))
+        assert made == baseline, config.name
+        pool, taken = sums._pools[device][0], sums._given[(device, stream.cuda_stream)]
+        assert taken.untyped_storage().data_ptr() == pool.untyped_storage().data_ptr()
+        assert taken.numel() >= need(config), config.name
+        for _ in range(3):
+            out.zero_()
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, want), config.name
+        assert not taken.any()
