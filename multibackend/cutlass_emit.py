@@ -545,6 +545,7 @@ auto mb_set_scheduler(Scheduler& scheduler, const int64_t* shape, MbRank<2>)
 }
 
 // TMA cannot broadcast an operand along the batch: such a batch runs one launch per entry
+// (one whose B is broadcast over a row-major A that stacks its entries comes as one product)
 bool mb_per_entry(const int64_t* shape) {
   return shape[3] > 1 && (shape[8] == 0 || shape[9] == 0 || shape[10] == 0);
 }
@@ -664,17 +665,34 @@ def emit(candidate: Candidate) -> str:
         "element_types": types, "build_args": build, "launch": launch})
 
 
+def folds_batch(problem: Problem) -> bool:
+    """Whether a batch whose B is broadcast (batch stride 0) is one product of batch x M rows:
+    A row-major with each entry's rows right after the last entry's (batch stride M rows) and
+    C, where given, the same (D is row-major and contiguous). The 3.x kernels' TMA cannot
+    broadcast an operand along the batch, so such a batch would run one launch per entry."""
+    if problem.batch <= 1 or problem.b.batch_stride != 0:
+        return False
+    c = problem.c if problem.has_c else None
+    return all(op.layout == "row" and op.batch_stride == problem.m * op.ld
+               for op in (problem.a, c) if op is not None)
+
+
 def kernel_args(problem: Problem) -> tuple[int, ...]:
     """The launcher's sizes and strides for ``problem`` (the kernel's transposed view):
     (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements; ``mb_gemm`` and
-    ``mb_workspace_size`` take them, then the :data:`SETTINGS`, as one array."""
+    ``mb_workspace_size`` take them, then the :data:`SETTINGS`, as one array. A batch that
+    :func:`folds_batch` is given as one product of batch x M rows."""
     m, n = problem.n, problem.m
     ldd = max(problem.n, 1)
+    ldc = problem.c.ld if problem.has_c and problem.c is not None else ldd
+    if folds_batch(problem):
+        return (m, n * problem.batch, problem.k, 1, problem.b.ld, problem.a.ld, ldc, ldd,
+                0, 0, 0, 0)
     sd = problem.m * problem.n if problem.batch > 1 else 0
     if problem.has_c and problem.c is not None:
-        ldc, sc = problem.c.ld, problem.c.batch_stride if problem.batch > 1 else 0
+        sc = problem.c.batch_stride if problem.batch > 1 else 0
     else:
-        ldc, sc = ldd, sd
+        sc = sd
     sa = problem.b.batch_stride if problem.batch > 1 else 0
     sb = problem.a.batch_stride if problem.batch > 1 else 0
     return (m, n, problem.k, problem.batch, problem.b.ld, problem.a.ld, ldc, ldd,

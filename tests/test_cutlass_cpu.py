@@ -18,7 +18,7 @@ pytest.importorskip("cutlass_library")
 from multibackend import cutlass_build, cutlass_emit, staging, toolchain  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config  # noqa: E402
-from multibackend.problem import synthetic  # noqa: E402
+from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
 
 BACKEND = backend_module.create()
 LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
@@ -257,6 +257,33 @@ def test_kernel_args_describe_the_transposed_product():
     assert (m, n, k, batch) == (50, 30, 70, 3)
     assert (lda, ldb, ldc, ldd) == (problem.b.ld, problem.a.ld, 50, 50)
     assert (sa, sb, sc, sd) == (70 * 50, 30 * 70, 1500, 1500)
+
+
+def _broadcast_b(a_strides=(70, 1), a_batch=30 * 70, c=None) -> Problem:
+    """A (3 x 30 x 70) times B (70 x 50) broadcast over the batch (batch stride 0)."""
+    return Problem(op="matmul", m=30, n=50, k=70, batch=3,
+                   a=make_operand("float16", 30, 70, a_strides, a_batch, 0),
+                   b=make_operand("float16", 70, 50, (50, 1), 0, 0), c=c,
+                   d_dtype="float16", acc="float32", has_c=c is not None)
+
+
+def test_kernel_args_fold_a_broadcast_b_over_stacked_rows_into_one_product():
+    """B broadcast over the batch, A's entries stacked row after row: one product of 3 x 30
+    rows, no batch strides; so too with C stacked the same way (its own leading dimension).
+    A broadcast C, A column-major or A's entries apart (batch stride past M rows) keep the
+    batch (the launcher then runs one launch per entry)."""
+    assert cutlass_emit.kernel_args(_broadcast_b()) == (50, 90, 70, 1, 50, 70, 50, 50,
+                                                        0, 0, 0, 0)
+    stacked_c = make_operand("float16", 30, 50, (64, 1), 30 * 64, 0)
+    folded = cutlass_emit.kernel_args(_broadcast_b(c=stacked_c))
+    assert folded[:4] == (50, 90, 70, 1) and folded[6] == 64 and folded[8:] == (0, 0, 0, 0)
+    kept = [_broadcast_b(c=make_operand("float16", 30, 50, (50, 1), 0, 0)),
+            _broadcast_b(a_strides=(1, 30)),
+            _broadcast_b(a_batch=31 * 70)]
+    for problem in kept:
+        assert not cutlass_emit.folds_batch(problem)
+        args = cutlass_emit.kernel_args(problem)
+        assert args[:4] == (50, 30, 70, 3) and args[9] == problem.a.batch_stride
 
 
 def test_versions_and_availability_never_raise():

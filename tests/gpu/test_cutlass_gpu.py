@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.cutlass]
 torch = pytest.importorskip("torch")
 pytest.importorskip("cutlass_library")
 
-from multibackend import dtypes, reference  # noqa: E402
+from multibackend import cutlass_emit, dtypes, reference  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config, Operands  # noqa: E402
 from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
@@ -141,9 +141,20 @@ def _broadcast_problem() -> Problem:
                    d_dtype="float16", acc="float32", precision=None, has_c=False, cc=_cc())
 
 
+def _broadcast_b_problem() -> Problem:
+    """A (3 x 136 x 200, entries stacked) times B (200 x 264) broadcast over the batch, with C
+    (3 x 136 x 264, stacked): one product of 408 rows."""
+    a = make_operand("float16", 136, 200, (200, 1), 136 * 200, 0)
+    b = make_operand("float16", 200, 264, (264, 1), 0, 0)
+    c = make_operand("float16", 136, 264, (264, 1), 136 * 264, 0)
+    return Problem(op="matmul", m=136, n=264, k=200, batch=3, a=a, b=b, c=c,
+                   d_dtype="float16", acc="float32", precision=None, has_c=True, cc=_cc())
+
+
 #: the problem each test with one fixed problem runs (its default kernel)
 FIXED = {
     "test_broadcast_batch_operand": _broadcast_problem,
+    "test_broadcast_b_over_stacked_rows_runs_as_one_launch": _broadcast_b_problem,
     "test_fractional_alpha_is_refused_for_integer_kernels":
         lambda: synthetic(17, 33, 400, "int8", b_layout="col", cc=_cc()),
     "test_launch_is_on_the_callers_stream": lambda: synthetic(136, 264, 200, "float16", cc=_cc()),
@@ -390,6 +401,26 @@ def test_broadcast_batch_operand():
     assert problem.a.batch_stride == 0
     d = _run(problem, a, b, None, 1.0, 0.0)
     _check(problem, a, b, None, d, 1.0, 0.0)
+
+
+def test_broadcast_b_over_stacked_rows_runs_as_one_launch():
+    """B broadcast over a batch of stacked A entries (and C): one launch of a product of 408
+    rows, tiles straddling the entries (136 rows each), against float64."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gen = torch.Generator().manual_seed(23)
+    a = _matrix("float16", 3, 136, 200, "row", gen, False)
+    b = _matrix("float16", 1, 200, 264, "row", gen, False).expand(3, 200, 264)
+    c = _matrix("float16", 3, 136, 264, "row", gen, False)
+    problem = _problem(a, b, c, "float16", "float32", None)
+    assert problem.b.batch_stride == 0 and cutlass_emit.folds_batch(problem)
+    _run(problem, a, b, c, 0.5, -1.0)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        d = _run(problem, a, b, c, 0.5, -1.0)
+    launches = [e.name for e in prof.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA and "cutlass" in e.name]
+    assert len(launches) == 1, launches
+    _check(problem, a, b, c, d, 0.5, -1.0)
 
 
 def test_fractional_alpha_is_refused_for_integer_kernels():
