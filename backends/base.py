@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from multibackend.capability import Capability, Reason
@@ -80,6 +80,21 @@ class Operands:
     beta: float | int = 0
     stream: int = 0
     extra: dict = field(default_factory=dict)
+
+
+def folded_operands(operands: Operands, folded: Problem) -> Operands:
+    """``operands`` of a batch that :func:`multibackend.problem.folded_batch` makes the plain
+    product ``folded``: A, C and D as one matrix of every entry's rows (views, no copy), B's
+    one matrix."""
+    rows = folded.m
+
+    def stacked(t: Any, ld: int) -> Any:
+        return t.as_strided((1, rows, t.shape[2]), (rows * ld, ld, 1))
+
+    c = operands.c
+    return replace(operands, a=stacked(operands.a, folded.a.ld), b=operands.b[:1],
+                   c=stacked(c, folded.c.ld) if c is not None and folded.c is not None else c,
+                   d=stacked(operands.d, folded.n))
 
 
 class AutotunePicks:

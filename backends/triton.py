@@ -33,10 +33,10 @@ from typing import Any, NamedTuple
 import triton
 
 from multibackend import driver, dtypes, native, staging
-from multibackend.backends.base import AutotunePicks, Backend, Config, Operands
+from multibackend.backends.base import AutotunePicks, Backend, Config, Operands, folded_operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.errors import InvalidArgument
-from multibackend.problem import Problem
+from multibackend.problem import Problem, folded_batch
 
 from .stream_buffers import StreamScratch, TileCounters
 from .triton_launch import LIMIT as LAUNCH_LIMIT
@@ -563,6 +563,12 @@ class TritonBackend(Backend):
         return {"triton": triton.__version__}
 
     def configs(self, problem: Problem) -> list[Config]:
+        """The candidates for ``problem``, the default first; a batch that
+        :func:`~multibackend.problem.folded_batch` makes one product gets that product's
+        (its TMA tiles among them), and runs as it."""
+        folded = folded_batch(problem)
+        if folded is not None:
+            return self.configs(folded)
         if problem.op == "dot":
             return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
                               num_warps=DOT_WARPS)]
@@ -930,7 +936,7 @@ class TritonBackend(Backend):
         return picked + ([fill] if fill not in picked else [])
 
     def autotuned(self, problem: Problem) -> Config | None:
-        return self._picks.get(problem)
+        return self._picks.get(folded_batch(problem) or problem)
 
     def _autotuned(self, problem: Problem, ops: Operands) -> Config:
         """The fastest of the shortlisted candidates for this problem
@@ -1019,6 +1025,9 @@ class TritonBackend(Backend):
         if problem.op == "dot":
             self._launch_dot(problem, operands, config)
             return
+        folded = folded_batch(problem)
+        if folded is not None:
+            problem, operands = folded, folded_operands(operands, folded)
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
         self._launch(problem, operands, config)

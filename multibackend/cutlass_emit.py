@@ -39,7 +39,7 @@ import functools
 from dataclasses import dataclass
 
 from . import dtypes
-from .problem import Operand, Problem
+from .problem import Operand, Problem, folded_batch
 
 CUDA_VERSION = "13.0"  # what the generator is told: enables every kernel it knows
 #: sm90_shapes.SM90_CLUSTER_SIZES level: 3 adds 2x2x1, 4x1x1 and 1x4x1 to 1x2x1, 2x1x1, 1x1x1
@@ -545,7 +545,7 @@ auto mb_set_scheduler(Scheduler& scheduler, const int64_t* shape, MbRank<2>)
 }
 
 // TMA cannot broadcast an operand along the batch: such a batch runs one launch per entry
-// (one whose B is broadcast over a row-major A that stacks its entries comes as one product)
+// (one that folded_batch makes a plain product comes as that product)
 bool mb_per_entry(const int64_t* shape) {
   return shape[3] > 1 && (shape[8] == 0 || shape[9] == 0 || shape[10] == 0);
 }
@@ -665,34 +665,20 @@ def emit(candidate: Candidate) -> str:
         "element_types": types, "build_args": build, "launch": launch})
 
 
-def folds_batch(problem: Problem) -> bool:
-    """Whether a batch whose B is broadcast (batch stride 0) is one product of batch x M rows:
-    A row-major with each entry's rows right after the last entry's (batch stride M rows) and
-    C, where given, the same (D is row-major and contiguous). The 3.x kernels' TMA cannot
-    broadcast an operand along the batch, so such a batch would run one launch per entry."""
-    if problem.batch <= 1 or problem.b.batch_stride != 0:
-        return False
-    c = problem.c if problem.has_c else None
-    return all(op.layout == "row" and op.batch_stride == problem.m * op.ld
-               for op in (problem.a, c) if op is not None)
-
-
 def kernel_args(problem: Problem) -> tuple[int, ...]:
     """The launcher's sizes and strides for ``problem`` (the kernel's transposed view):
     (m, n, k, batch, lda, ldb, ldc, ldd, sa, sb, sc, sd), in elements; ``mb_gemm`` and
-    ``mb_workspace_size`` take them, then the :data:`SETTINGS`, as one array. A batch that
-    :func:`folds_batch` is given as one product of batch x M rows."""
+    ``mb_workspace_size`` take them, then the :data:`SETTINGS`, as one array. A batch over a
+    broadcast B that :func:`~multibackend.problem.folded_batch` makes one product is given as
+    that product (the launcher would otherwise run one launch per entry)."""
+    problem = folded_batch(problem) or problem
     m, n = problem.n, problem.m
     ldd = max(problem.n, 1)
-    ldc = problem.c.ld if problem.has_c and problem.c is not None else ldd
-    if folds_batch(problem):
-        return (m, n * problem.batch, problem.k, 1, problem.b.ld, problem.a.ld, ldc, ldd,
-                0, 0, 0, 0)
     sd = problem.m * problem.n if problem.batch > 1 else 0
     if problem.has_c and problem.c is not None:
-        sc = problem.c.batch_stride if problem.batch > 1 else 0
+        ldc, sc = problem.c.ld, problem.c.batch_stride if problem.batch > 1 else 0
     else:
-        sc = sd
+        ldc, sc = ldd, sd
     sa = problem.b.batch_stride if problem.batch > 1 else 0
     sb = problem.a.batch_stride if problem.batch > 1 else 0
     return (m, n, problem.k, problem.batch, problem.b.ld, problem.a.ld, ldc, ldd,

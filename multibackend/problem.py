@@ -172,6 +172,25 @@ def interned(problem: Problem) -> Problem:
     return found
 
 
+def folded_batch(problem: Problem) -> Problem | None:
+    """The plain product that a batched matmul whose B is broadcast (batch stride 0) is, where
+    A is row-major with each entry's rows right after the last entry's (batch stride M rows)
+    and C, where it takes part, the same (D is contiguous): (batch x M) x N x K in a batch of
+    one. None for any other problem. TMA cannot broadcast an operand along the batch, and
+    Triton's TMA tiles take one matrix, so a backend runs such a batch as this product: one
+    launch over every entry's rows (:func:`multibackend.backends.base.folded_operands`)."""
+    if problem.op != "matmul" or problem.batch <= 1 or problem.b.batch_stride != 0:
+        return None
+    c = problem.c if problem.has_c else None
+    if not all(op.layout == "row" and op.batch_stride == problem.m * op.ld
+               for op in (problem.a, c) if op is not None):
+        return None
+    rows = problem.m * problem.batch
+    return interned(replace(
+        problem, m=rows, batch=1, a=replace(problem.a, rows=rows, batch_stride=0),
+        c=replace(c, rows=rows, batch_stride=0) if c is not None else problem.c))
+
+
 def classify_layout(rows: int, cols: int, strides: tuple[int, int]) -> tuple[str, int]:
     """("row" | "col" | "strided", leading dimension in elements) for a rows x cols view.
 

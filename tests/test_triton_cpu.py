@@ -77,6 +77,39 @@ def test_interpreter_batched_broadcast_epilogue():
 
 
 @interpreter_only
+def test_interpreter_batch_over_a_broadcast_b_runs_as_one_product_of_stacked_rows(monkeypatch):
+    """A batch over a broadcast B whose A (and C) hold their entries one after another runs
+    as one product of batch x M rows, one launch (so too A's rows spaced wider than K and a
+    batch of single rows); A's entries apart or C broadcast over the batch keep the batch.
+    Every one matches float64."""
+    from multibackend.registry import REGISTRY
+
+    backend = REGISTRY.get("triton")
+    launches = []
+    launch = backend._launch
+
+    def recording(problem, operands, config):
+        launches.append((problem.m, problem.batch, tuple(operands.a.shape)))
+        return launch(problem, operands, config)
+
+    monkeypatch.setattr(backend, "_launch", recording)
+    gen = torch.Generator().manual_seed(28)
+    b = _rand((33, 24), torch.float16, gen, "col")
+    stacked, c = _rand((3, 17, 33), torch.float16, gen), _rand((3, 17, 24), torch.float16, gen)
+    cases = [((stacked, c), (51, 1, (1, 51, 33))),
+             ((_rand((3, 17, 40), torch.float16, gen)[:, :, :33], c), (51, 1, (1, 51, 33))),
+             ((_rand((5, 1, 33), torch.float16, gen), None), (5, 1, (1, 5, 33))),
+             ((_rand((3, 18, 33), torch.float16, gen)[:, :17], c), (17, 3, (3, 17, 33))),
+             ((stacked, c[0]), (17, 3, (3, 17, 33)))]
+    for (a, c_in), launched in cases:
+        launches.clear()
+        call = matmul_call(a, b, c_in, alpha=-1.5, beta=0.25 if c_in is not None else None)
+        cmp = _run_and_compare(call)
+        assert cmp.ok, (tuple(a.shape), a.stride(), cmp.detail)
+        assert launches == [launched], (tuple(a.shape), a.stride())
+
+
+@interpreter_only
 def test_interpreter_int8_integer_epilogue_exact():
     gen = torch.Generator().manual_seed(9)
     a, b = _rand((33, 65), torch.int8, gen), _rand((65, 17), torch.int8, gen)

@@ -23,10 +23,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.cutlass]
 torch = pytest.importorskip("torch")
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_emit, dtypes, reference  # noqa: E402
+from multibackend import dtypes, reference  # noqa: E402
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config, Operands  # noqa: E402
-from multibackend.problem import Problem, make_operand, synthetic  # noqa: E402
+from multibackend.problem import Problem, folded_batch, make_operand, synthetic  # noqa: E402
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
 BACKEND = backend_module.create()
@@ -413,7 +413,7 @@ def test_broadcast_b_over_stacked_rows_runs_as_one_launch():
     b = _matrix("float16", 1, 200, 264, "row", gen, False).expand(3, 200, 264)
     c = _matrix("float16", 3, 136, 264, "row", gen, False)
     problem = _problem(a, b, c, "float16", "float32", None)
-    assert problem.b.batch_stride == 0 and cutlass_emit.folds_batch(problem)
+    assert problem.b.batch_stride == 0 and folded_batch(problem) is not None
     _run(problem, a, b, c, 0.5, -1.0)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         d = _run(problem, a, b, c, 0.5, -1.0)
