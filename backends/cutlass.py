@@ -590,7 +590,7 @@ class CutlassBackend(Backend):
         step = native.EntryStep(entry, prepared.shape_address,
                                 (native.B, native.A, native.D, native.D), operands.alpha, 0.0,
                                 stream)
-        return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), native.d_sizes(problem),
                              driver.primary_context(operands.d.get_device()), (step,),
                              keep=(prepared,))
 

@@ -1066,11 +1066,17 @@ class TritonBackend(Backend):
         or, where torch asks for deterministic algorithms, its float32 scratch (slices added
         in order): the plan runs on that stream only. The dot's two passes with block
         partials the plan keeps, on the caller's stream. Split-K through pointers and staged
-        configs: not described."""
+        configs: not described. A batch that
+        :func:`~multibackend.problem.folded_batch` makes one product: that product's launch,
+        D of the batch's sizes."""
         if problem.op == "dot":
             return self._dot_native(problem, config, operands)
         if operands.c is not None:
             return None
+        sizes = native.d_sizes(problem)
+        folded = folded_batch(problem)
+        if folded is not None:
+            problem, operands = folded, folded_operands(operands, folded)
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
         kind = config.get("kind")
@@ -1100,7 +1106,7 @@ class TritonBackend(Backend):
         if step is None:
             return None
         device = operands.d.get_device()
-        return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
+        return native.Native(dtypes.torch_dtype(problem.d_dtype), sizes,
                              driver.primary_context(device), (step,), keep=(kept, *buffers))
 
 

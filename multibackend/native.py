@@ -119,6 +119,14 @@ class Native:
 TENSOR_MAP = "map"
 
 
+def d_sizes(problem: Any) -> tuple[int, ...]:
+    """The sizes of D the front makes for a matmul ``problem``: (M, N) for a product of two
+    matrices (the calls handed over), (batch, M, N) for a batch."""
+    if problem.batch == 1:
+        return (problem.m, problem.n)
+    return (problem.batch, problem.m, problem.n)
+
+
 def packed(params: list[tuple[str, Any]]) -> tuple[bytes, tuple[int, ...]]:
     """(the values of ``params``, a list of (struct format code, value), each at its natural
     alignment, and each one's offset). A :data:`TENSOR_MAP` value is a tensor map's 128

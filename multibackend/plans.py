@@ -23,7 +23,7 @@ from .arrays import caller_stream, is_current, on_stream, to_kind
 from .autotune import ENV_AUTOTUNE
 from .dispatch import ENV_BACKEND, Decision
 from .native import Native
-from .problem import Problem
+from .problem import Problem, folded_batch
 from .registry import REGISTRY
 from .request import batched
 
@@ -126,6 +126,7 @@ class Plan:
             else:
                 self.bound(a, b, c, d, stream)
             return d
+        given = a, b
         if p.batch == 1:
             a = a if a.dim() == 3 else a.unsqueeze(0)
             b = b if b.dim() == 3 else b.unsqueeze(0)
@@ -136,8 +137,12 @@ class Plan:
             d = out if out.dim() == 3 else out.unsqueeze(0)
         else:
             d = torch.empty((p.batch, p.m, p.n), dtype=self.d_dtype, device=device)
-        self.backend.run(p, Operands(a, b, c, d, self.alpha, self.beta, stream),
-                         self.decision.config)
+        ops = Operands(a, b, c, d, self.alpha, self.beta, stream)
+        self.backend.run(p, ops, self.decision.config)
+        if self.bound is _UNBOUND:  # a batch run as one product may go to the front
+            self.bound = None
+            if c is None and out is None and folded_batch(p) is not None:
+                self._hand_over(*given, ops)
         if out is not None:
             return out
         return d[0] if self.squeeze else d
