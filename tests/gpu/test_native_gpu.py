@@ -2,8 +2,9 @@
 compiled front (multibackend/native.py) from its third call on, gives bit for bit what the
 Python path's launch of the same kernel gives, runs on torch's current stream, is captured in
 a CUDA graph, and leaves autograd and every call it does not cover to the Python path; so is
-a repeated call naming a config, and a batch over a broadcast B run as one product. Each kind of Triton TMA launch (split-K unsplit, split, two
-column blocks; persistent) is described for the front and checked the same way."""
+a repeated call naming a config, and a batch over a broadcast B run as one product. Each
+kind of Triton TMA launch (split-K unsplit, split, two column blocks; persistent) is
+described for the front and checked the same way."""
 from __future__ import annotations
 
 import pytest
@@ -71,53 +72,44 @@ def _late_on_a_side_stream(source, call):
     return result
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("shape", [(96, 80, 256), (67, 40, 136)])
-def test_a_repeated_call_is_launched_by_the_front(backend, shape):
-    _available(backend)
+def _launched_by_the_front(backend, a, b, seed):
+    """Three calls of matmul(a, b, backend=backend): the third launched by the front, of
+    torch.matmul's shape, with the first two's bits; then operands of the same layout with
+    other values (pointers written per call), launched by the front as the Python path's
+    launch gives them, both against float64."""
     module = _front()
-    m, n, k = shape
-    a, b = _rand((m, k), seed=m), _rand((k, n), seed=n)
     first = mb.matmul(a, b, backend=backend)  # plans
     second = mb.matmul(a, b, backend=backend)  # the Python path binds, and hands over
     served = module.stats()[2]
     third = mb.matmul(a, b, backend=backend)
     assert module.stats()[2] == served + 1, f"{backend} was not launched by the front"
-    assert third.shape == (m, n) and third.dtype == torch.float16
+    assert third.shape == a.shape[:-1] + b.shape[-1:] and third.dtype == torch.float16
     assert torch.equal(first, second) and torch.equal(second, third)
     _check(a, b, third)
-    other = _rand((m, k), seed=m + 1)  # same layout, other values: pointers written per call
+    other = _rand(tuple(a.shape), seed=seed)
     served = module.stats()[2]
     by_front = mb.matmul(other, b, backend=backend)
     assert module.stats()[2] == served + 1
     by_python = mb.matmul(other, b, backend=backend, out=torch.empty_like(third))
     assert torch.equal(by_front, by_python)
     _check(other, b, by_front)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(96, 80, 256), (67, 40, 136)])
+def test_a_repeated_call_is_launched_by_the_front(backend, shape):
+    _available(backend)
+    m, n, k = shape
+    _launched_by_the_front(backend, _rand((m, k), seed=m), _rand((k, n), seed=n), seed=m + 1)
 
 
 @pytest.mark.parametrize("backend", ["triton", "cutlass"])
 def test_a_repeated_batch_over_a_broadcast_b_is_launched_by_the_front(backend):
-    """A batch whose A stacks its entries over a 2-D B, run as one product of every entry's
-    rows: from its third call on launched by the front, D of the batch's sizes, the same
-    bits as the Python path's launch, also on other operands of the same layout."""
+    """A batch whose A stacks its entries over a 2-D B runs as one product of every entry's
+    rows, and goes to the front like a product of two matrices, D of the batch's sizes."""
     _available(backend)
-    module = _front()
-    a, b = _rand((3, 67, 136), seed=21), _rand((136, 80), seed=22)
-    first = mb.matmul(a, b, backend=backend)
-    second = mb.matmul(a, b, backend=backend)
-    served = module.stats()[2]
-    third = mb.matmul(a, b, backend=backend)
-    assert module.stats()[2] == served + 1, f"{backend} was not launched by the front"
-    assert third.shape == (3, 67, 80) and torch.equal(first, third)
-    assert torch.equal(second, third)
-    _check(a, b, third)
-    other = _rand((3, 67, 136), seed=23)
-    served = module.stats()[2]
-    by_front = mb.matmul(other, b, backend=backend)
-    assert module.stats()[2] == served + 1
-    by_python = mb.matmul(other, b, backend=backend, out=torch.empty_like(third))
-    assert torch.equal(by_front, by_python)
-    _check(other, b, by_front)
+    _launched_by_the_front(backend, _rand((3, 67, 136), seed=21), _rand((136, 80), seed=22),
+                           seed=23)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
