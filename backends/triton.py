@@ -15,9 +15,10 @@ FUSED_MAX_SPLITS slices (``splitk_fused_...``), by the last program of each tile
 (in slice order: deterministic). Aligned 16-bit ones on sm_90 are offered, first, the TMA
 split-K configs (``tma_splitk_...``, see :func:`tma_splitk_configs`): small tiles fetched
 by the TMA unit (some of them two column blocks wide, 192 or 320, where that gives a fuller
-single wave), about one wave of programs, up to TMA_SPLITK_MAX_SPLITS slices added into a
+single wave), about one wave of programs, up to TMA_SPLITK_MAX_SPLITS slices: two are
+added by the program finishing last, in registers (bit-identical run to run); more into a
 float32 sum per tile by atomics, so the low bits of their results vary run to run; with
-``torch.use_deterministic_algorithms(True)`` the same configs add the slices in slice order
+``torch.use_deterministic_algorithms(True)`` the same configs add those in slice order
 instead (bit-identical run to run, slower with many slices). Under
 ``TRITON_INTERPRET=1`` (no GPU) one small config (and one small split-K config) runs and bf16
 operands are upcast before ``tl.dot``, which the interpreter computes wrongly otherwise; the
@@ -460,6 +461,16 @@ def width_blocks(width: int) -> tuple[int, int]:
     return block, extra
 
 
+def tma_reduction(splits: int, deterministic: bool) -> str:
+    """How the TMA split-K kernel adds ``splits`` slices (its REDUCE): "pair" for two (the
+    first to finish hands its partial to the other: deterministic, and the fastest of the
+    three there), "ordered" for more where ``deterministic`` (torch asked for deterministic
+    algorithms) and for one (nothing to add), else "atomic"."""
+    if splits == 2:
+        return "pair"
+    return "atomic" if splits > 2 and not deterministic else "ordered"
+
+
 def _deterministic() -> bool:
     """Whether torch is asked for deterministic algorithms (slices then added in order)."""
     import torch
@@ -792,15 +803,17 @@ class TritonBackend(Backend):
 
     def _launch_tma_splitk(self, problem: Problem, ops: Operands, config: Config) -> None:
         """The TMA split-K kernel: descriptors built per call and, where K is split, the
-        stream's tile counters with its zeroed float32 sums (atomic reduction) or, where
-        torch is asked for deterministic algorithms, the stream's float32 scratch for every
-        slice's partial (with one slice neither is touched: the counters stand in)."""
+        stream's tile counters with, by :func:`tma_reduction`, the stream's float32 scratch
+        for one partial per tile (two slices, paired) or for every slice's (in slice order),
+        or its zeroed float32 sums (atomics); with one slice neither is touched (the
+        counters stand in)."""
         key, grid, args, constexprs, _ = self._tma_splitk_launch(problem, ops, config)
         self._tma_splitk_launcher()(key, grid, ops.stream, args, constexprs)
 
     def _tma_splitk_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
         """(the launcher's key, grid, the kernel's arguments, a constexprs builder, whether
-        its slices are summed by atomics) of the TMA split-K kernel on these operands."""
+        its slices are summed by atomics, in no fixed order) of the TMA split-K kernel on
+        these operands."""
         plan = self._splitk_statics(problem, config)
         bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
         block, extra = width_blocks(bn)
@@ -814,28 +827,29 @@ class TritonBackend(Backend):
         c = _matrix(ops.c) if has_c else d
         tiles = plan.workspace[0]
         counters = self._counters.get(d.device, ops.stream, tiles)
-        atomic = plan.splits > 1 and not _deterministic()
-        if atomic:
+        reduce = tma_reduction(plan.splits, _deterministic())
+        if reduce == "atomic":
             work = self._sums.get(d.device, ops.stream, tiles * bm * bn)
         elif plan.splits > 1:
-            work = self._scratch.get(d.device, ops.stream, math.prod(plan.workspace))
+            size = tiles * bm * bn if reduce == "pair" else math.prod(plan.workspace)
+            work = self._scratch.get(d.device, ops.stream, size)
         else:
             work = counters
         ints = (problem.m, problem.n, problem.k, plan.k_slice, c.stride(0), c.stride(1),
                 d.stride(0), d.stride(1))
-        key = (problem, config.name, has_c, scale, atomic, ints,
+        key = (problem, config.name, has_c, scale, reduce, ints,
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
             return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
                         GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
-                        ATOMIC=atomic, D_UNIT=d_unit(problem, d, c if has_c else None),
+                        REDUCE=reduce, D_UNIT=d_unit(problem, d, c if has_c else None),
                         num_warps=config.get("num_warps"),
                         num_stages=config.get("num_stages"))
 
         return (key, plan.grid[:2] + (1,),
                 (a_desc, b_desc, bx_desc, c, d, work, counters, *ints, ops.alpha, ops.beta),
-                constexprs, atomic)
+                constexprs, reduce == "atomic")
 
     def _splitk_launchers(self) -> tuple[Launcher, Launcher]:
         if self._splitk_pair is None:
@@ -1063,8 +1077,8 @@ class TritonBackend(Backend):
         integers, alpha and beta; a TMA kernel's, its descriptors' tensor maps encoded once
         and pointed at each call's operands, and, where the TMA split-K kernel splits K, the
         tile counters of the caller's stream with its float32 sums (slices added by atomics)
-        or, where torch asks for deterministic algorithms, its float32 scratch (slices added
-        in order): the plan runs on that stream only. The dot's two passes with block
+        or its float32 scratch (two slices paired, or more added in order where torch asks
+        for deterministic algorithms): the plan runs on that stream only. The dot's two passes with block
         partials the plan keeps, on the caller's stream. Split-K through pointers and staged
         configs: not described. A batch that
         :func:`~multibackend.problem.folded_batch` makes one product: that product's launch,

@@ -288,16 +288,20 @@ def test_splitk_refuses_a_product_it_cannot_accumulate():
 
 #: the TMA split-K kernel in the interpreter: 16x32x32 tiles, K in at most 4 slices
 TMA_TILE = (16, 32, 32, 4, 4, 1)
+#: in 2 slices (paired)
+TMA_PAIR_TILE = (16, 32, 32, 2, 4, 1)
 #: and unsplit 16x48x32 tiles: two column blocks, 32 and 16 wide
 TMA_WIDE_TILE = (16, 48, 32, 1, 4, 1)
-#: products whose rows lie on the 16-byte grid, ragged against the tile (M, N, K)
-TMA_SHAPES = [(1, 40, 256), (17, 72, 200), (33, 8, 136), (5, 96, 72)]
+#: products whose rows lie on the 16-byte grid, ragged against the tile (M, N, K); K = 1000
+#: paired: slices of 14 and 18 BLOCK_K steps
+TMA_SHAPES = [(1, 40, 256), (17, 72, 200), (33, 8, 136), (5, 96, 72), (9, 24, 1000)]
 
 
 @pytest.fixture(params=[False, True], ids=["atomic", "slice_order"])
 def deterministic(request):
     """torch's deterministic-algorithms switch, set for the test: off, the TMA split-K
-    kernel sums slices by atomics; on, it adds them in slice order."""
+    kernel sums more than two slices by atomics; on, it adds them in slice order (two are
+    paired either way)."""
     before = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(request.param)
     yield request.param
@@ -319,7 +323,8 @@ def _tma_splitk_call(a, b, c=None, *, tile=TMA_TILE, **kw):
     return _splitk(a, b, c, config=_tma_splitk_config(*tile), **kw)
 
 
-@pytest.fixture(params=[TMA_TILE, TMA_WIDE_TILE], ids=["split", "two_blocks"])
+@pytest.fixture(params=[TMA_TILE, TMA_PAIR_TILE, TMA_WIDE_TILE],
+                ids=["split", "paired", "two_blocks"])
 def tma_tile(request):
     return request.param
 
@@ -354,6 +359,29 @@ def test_tma_splitk_in_slice_order_never_reads_what_it_did_not_write():
     finally:
         torch.use_deterministic_algorithms(before)
     assert _left_at_zero()
+
+
+@interpreter_only
+def test_tma_splitk_paired_never_reads_what_it_did_not_write(deterministic):
+    """Two slices paired: the partial handed over is written before the other program of
+    its tile reads it, so the stream's scratch full of NaN when the call comes still gives
+    the exact result, and the counters are left at zero."""
+    gen = torch.Generator().manual_seed(31)
+    a, b = _ints((17, 1000), gen), _ints((1000, 72), gen, layout="col")
+    _tma_splitk_call(a, b, tile=TMA_PAIR_TILE)
+    _poison_scratch()
+    _assert_exact(_tma_splitk_call(a, b, tile=TMA_PAIR_TILE), _reference(a, b))
+    assert _left_at_zero()
+
+
+@pytest.mark.parametrize("splits, deterministic_, want", [
+    (1, False, "ordered"), (2, False, "pair"), (2, True, "pair"), (3, False, "atomic"),
+    (3, True, "ordered"), (64, False, "atomic")])
+def test_tma_reduction_pairs_two_slices_and_sums_more_by_atomics_unless_deterministic(
+        splits, deterministic_, want):
+    from multibackend.backends.triton import tma_reduction
+
+    assert tma_reduction(splits, deterministic_) == want
 
 
 @interpreter_only
@@ -859,6 +887,21 @@ def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
         assert info["float_atomics"] == 0, info
     else:
         assert info["float_atomics"] > 0, info
+    assert info["release_atomics"] == 0 and info["acquire_loads"] == 0, info
+    assert info["shared"] <= 232448, info
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_tma_splitk_kernel_pairs_two_slices_without_float_atomics(dtype):
+    """Two slices paired, in the deepest 128x128x64 pipeline an H100 holds (7 stages): one
+    acquire-release counter atomic to take a turn, one release add when the first partial
+    is written, one acquire load the second spins on, the partial read back through L2, no
+    float atomics."""
+    info = _aot("tma_pair", dtype)
+    assert info["target"] and info["tma_loads"] > 0 and info["wgmma"] > 0, info
+    assert info["counter_atomics"] == 1 and info["release_atomics"] == 1, info
+    assert info["acquire_loads"] == 1 and info["l2_loads"] > 0, info
+    assert info["float_atomics"] == 0, info
     assert info["shared"] <= 232448, info
 
 
@@ -866,6 +909,7 @@ def test_tma_splitk_kernel_loads_through_the_tma_unit(kind, dtype):
 AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
              "fused": (128, 128, 64, 8, 4), "tma_few": (64, 128, 128, 4, 4),
              "tma_skinny": (16, 64, 256, 4, 4), "tma_ordered": (64, 64, 128, 4, 4),
+             "tma_pair": (128, 128, 64, 8, 7),
              "tma_kmajor": (128, 192, 64, 4, 5), "tma_n8_unit": (64, 128, 128, 4, 4),
              "tma_n8_plain": (64, 128, 128, 4, 4)}
 
@@ -873,8 +917,9 @@ AOT_TILES = {"few": (128, 256, 64, 8, 3), "skinny": (16, 128, 128, 4, 4),
 def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     """A split-K kernel for sm_90, specialized as a launch on 16-byte aligned, row-major
     operands would be: the two-kernel first pass (``few``, ``skinny``), the fused pointer
-    kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, or in slice
-    order for ``tma_ordered``; B read K-major for ``tma_kmajor``; ``tma_n8_*``: N and D's
+    kernel (``fused``) or the TMA kernel (``tma_*``: adding slices by atomics, in slice
+    order for ``tma_ordered``, two paired for ``tma_pair``; B read K-major for
+    ``tma_kmajor``; ``tma_n8_*``: N and D's
     row stride multiples of 8 but not of 16, as N = 1000 is, with the epilogue told so,
     D_UNIT 8, or not)."""
     import triton
@@ -904,7 +949,8 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
                 ("K", "i32"), ("K_SLICE", "i32"), ("stride_cm", "i32"), ("stride_dm", "i32"),
                 ("alpha", "fp32"), ("beta", "fp32")]
         consts = dict(tile, stride_cn=1, stride_dn=1, B_KMAJOR=kmajor, HAS_C=False,
-                      SCALE=False, ATOMIC=kind != "tma_ordered",
+                      SCALE=False,
+                      REDUCE={"tma_ordered": "ordered", "tma_pair": "pair"}.get(kind, "atomic"),
                       D_UNIT=8 if kind == "tma_n8_unit" else 1)
     elif kind == "fused":
         fn = kernels.matmul_splitk_fused_kernel
@@ -944,6 +990,10 @@ def _report(compiled) -> dict:
                                           r"atom\.acq_rel\.gpu\.global\.add", ptx)),
         "float_atomics": len(re.findall(r"(?:atom|red)\.(?:global\.gpu\.relaxed|relaxed\.gpu"
                                         r"\.global)\.add(?:\.v[248])?\.f32", ptx)),
+        "release_atomics": len(re.findall(r"atom\.global\.gpu\.release\.add|"
+                                          r"atom\.release\.gpu\.global\.add", ptx)),
+        "acquire_loads": len(re.findall(r"ld\.global\.gpu\.acquire|ld\.acquire\.gpu\.global",
+                                        ptx)),
         "l2_loads": ptx.count("ld.global.cg"),
         "d_element_stores": len(re.findall(r"st\.global\.b16", ptx)),
         "shared": compiled.metadata.shared,

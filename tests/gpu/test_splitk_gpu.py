@@ -4,8 +4,9 @@ that get TMA tiles of two column blocks, exact on small-integer operands against
 with and without alpha, beta and C and with B in both layouts, run again on fresh
 operands; on random operands (float32 sums whose order matters), with torch's
 deterministic algorithms on, the same bits from a CUDA graph's replays as from the first
-call, and with them off (the TMA kernel adding slices by atomics) results within a bound
-of the slice-order ones, graph replays included; and the fused kernels' tile counters and
+call, and with them off the TMA kernel's two paired slices the same bits every run and
+more slices, added by atomics, within a bound of the slice-order sum, graph replays
+included; and the fused kernels' tile counters and
 float32 sums: one buffer per stream, none allocated while capturing (sums spanning several
 chunks of the pool included), left at zero, and two streams running the same product at once
 both exact; and no call allocating (its stream's scratch kept)."""
@@ -121,6 +122,30 @@ def test_splitk_calls_allocate_nothing_per_call(shape, deterministic):
         assert torch.equal(out, want), config.name
 
 
+@pytest.mark.parametrize("shape, tile", [((1000, 1000, 8200), (128, 128, 64, 2, 8, 7)),
+                                         ((5, 4104, 4096), (16, 64, 256, 2, 4, 5))],
+                         ids=["few_tile", "decode"])
+def test_tma_splitk_in_two_slices_gives_the_same_bits_every_run(shape, tile):
+    """Two slices paired (the first shorter), deterministic algorithms off: every call and
+    every replay of a graph the same bits on random operands, within float32's bound for a
+    K-long sum of the float64 product (K * 2^-24 * (|A| @ |B|)), counters left at zero."""
+    from multibackend.backends.triton import _tma_splitk_config
+    from multibackend.registry import REGISTRY
+
+    m, n, k = shape
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    a, b = _random((m, k), gen), _random((k, n), gen)
+    config = _tma_splitk_config(*tile)
+    first = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
+    bound = k * 2.0 ** -24 * (a.double().abs() @ b.double().abs())
+    assert ((first.double() - a.double() @ b.double()).abs() <= bound).all()
+    runs = [mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
+            for _ in range(5)] + _graph_replays(a, b, config, runs=5)
+    for out in runs:
+        assert torch.equal(out, first), config.name
+    assert all(not t.any() for t in REGISTRY.get("triton")._counters._given.values())
+
+
 @pytest.mark.parametrize("shape", SPLIT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_tma_splitk_atomic_sums_vary_only_within_float32_rounding(shape):
     """Slices added by atomics in the order they arrive: each result, graph replays too,
@@ -157,7 +182,8 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
     a, b = _ints((m, k), gen), _ints((k, n), gen)
     fused = [c for c in _splitk_configs(a, b)
              if c.get("FUSED") or (c.get("kind") == "tma_splitk" and c.get("SPLIT_K") > 1)]
-    assert fused
+    summed = [c for c in fused if c.get("kind") == "tma_splitk" and c.get("SPLIT_K") > 2]
+    assert summed and len(fused) > len(summed)  # paired or pointer configs too
     want = (a.double() @ b.double()).half()
     counters, sums = REGISTRY.get("triton")._counters, REGISTRY.get("triton")._sums
     streams = [torch.cuda.Stream() for _ in range(2)]
@@ -176,10 +202,9 @@ def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once(
         assert held[0].data_ptr() != held[1].data_ptr()
         assert all(not t.any() for t in buffers._given.values())
     before = {id(buffers): dict(buffers._given) for buffers in (counters, sums)}
-    assert fused[0].get("kind") == "tma_splitk"  # counters and sums
     graph, out = torch.cuda.CUDAGraph(), torch.empty((m, n), device="cuda", dtype=torch.float16)
     with torch.cuda.graph(graph, stream=torch.cuda.Stream()):  # a stream met first here
-        mb.matmul(a, b, backend="triton", config=fused[0], out=out)
+        mb.matmul(a, b, backend="triton", config=summed[0], out=out)  # counters and sums
     for buffers in (counters, sums):
         new = [key for key in buffers._given if key not in before[id(buffers)]]
         assert new
@@ -219,7 +244,7 @@ def test_tma_splitk_graph_on_a_new_stream_takes_sums_spanning_chunks_from_the_po
         return -(-m // bm) * -(-n // bn) * bm * bn
 
     wide = sorted((c for c in _splitk_configs(a, b) if c.get("kind") == "tma_splitk"
-                   and c.get("SPLIT_K") > 1 and need(c) > triton_module.SUMS_CHUNK),
+                   and c.get("SPLIT_K") > 2 and need(c) > triton_module.SUMS_CHUNK),
                   key=need, reverse=True)  # the first capture takes the largest share
     assert wide
     device, stream = torch.cuda.current_device(), torch.cuda.Stream()
