@@ -463,9 +463,10 @@ def width_blocks(width: int) -> tuple[int, int]:
 
 def tma_reduction(splits: int, deterministic: bool) -> str:
     """How the TMA split-K kernel adds ``splits`` slices (its REDUCE): "pair" for two (the
-    first to finish hands its partial to the other: deterministic, and the fastest of the
-    three there), "ordered" for more where ``deterministic`` (torch asked for deterministic
-    algorithms) and for one (nothing to add), else "atomic"."""
+    first to finish hands its partial to the other: deterministic, and on an H100 as fast as
+    atomics or faster, by 3% at 1024x1024x16384), "ordered" for more where ``deterministic``
+    (torch asked for deterministic algorithms) and for one (nothing to add), else
+    "atomic"."""
     if splits == 2:
         return "pair"
     return "atomic" if splits > 2 and not deterministic else "ordered"
@@ -1078,9 +1079,9 @@ class TritonBackend(Backend):
         and pointed at each call's operands, and, where the TMA split-K kernel splits K, the
         tile counters of the caller's stream with its float32 sums (slices added by atomics)
         or its float32 scratch (two slices paired, or more added in order where torch asks
-        for deterministic algorithms): the plan runs on that stream only. The dot's two passes with block
-        partials the plan keeps, on the caller's stream. Split-K through pointers and staged
-        configs: not described. A batch that
+        for deterministic algorithms): the plan runs on that stream only. The dot's two
+        passes with block partials the plan keeps, on the caller's stream. Split-K through
+        pointers and staged configs: not described. A batch that
         :func:`~multibackend.problem.folded_batch` makes one product: that product's launch,
         D of the batch's sizes."""
         if problem.op == "dot":

@@ -354,7 +354,8 @@ def matmul_tma_splitk_kernel(
 ):
     """Split-K over tensor-memory-accelerator descriptors, in one kernel. Grid: (output
     tiles, slices of K). Program (tile, s) multiplies A and B over K in [s * K_SLICE,
-    (s + 1) * K_SLICE) (K_SLICE a multiple of BLOCK_K), the TMA unit fetching the tiles
+    (s + 1) * K_SLICE) (K_SLICE a multiple of BLOCK_K; moved back for a pair, below; the
+    last slice to K), the TMA unit fetching the tiles
     (zero-filled past M, N and K) as :func:`matmul_tma_persistent_kernel` does. With one
     slice it stores D directly; with more, by REDUCE: "pair" (two slices: the one to finish
     first hands its float32 partial to the other, :func:`_paired_slice_stores`, ``w``
