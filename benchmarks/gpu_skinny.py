@@ -22,7 +22,10 @@ back-to-back calls (2 ms each) drive an H100 to its power limit. Timed right aft
 the same process, graph mode saw a throttled GPU on which the ratios moved (bf16
 256x10240x8192: Triton's 128x192 tile 1.08x torch.matmul alone, 0.97x-1.00x right after the
 eager timing of the same product, 1.09x after two seconds idle), so each pass after the
-first starts after PASS_IDLE_S seconds idle.
+first starts after PASS_IDLE_S seconds idle. Within a pass a light product timed right after
+the heaviest one (512x128256x4096, 832 us a call) inherits its clock too (bf16 1x10240x8192:
+Triton's 16x256x64 tile 0.94x-1.00x right after it, 1.02x-1.03x after 0.5 s idle or 2 s), so
+every product's timing starts after PRODUCT_IDLE_S seconds idle.
 
 Writes ``skinny_<mode>.json``: rows ``{dtype, m, n, k, batch, mode, backend, ms,
 torch_ms}`` (``backend`` "torch" for torch.matmul itself; ``config``, for Triton and
@@ -47,6 +50,8 @@ MEMBERS = ("triton", "cutlass", "auto")
 #: seconds the GPU idles before each timing pass after the first (its clock recovers from
 #: the pass before: see the module docstring)
 PASS_IDLE_S = 2.0
+#: seconds the GPU idles before each product's timing (the one before it may have throttled it)
+PRODUCT_IDLE_S = 0.5
 #: the members whose best per problem the bars are about
 KERNELS = ("triton", "cutlass")
 
@@ -168,6 +173,7 @@ def main() -> int:
                 time.sleep(PASS_IDLE_S)
             passes += 1
             for problem, label, kept, picks in checked_cases:
+                time.sleep(PRODUCT_IDLE_S)
                 timed = time_interleaved(kept, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)
                 base = timed[BASE].median_ms

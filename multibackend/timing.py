@@ -225,18 +225,23 @@ def rotations(items: list, rounds: int, seed: int = 0) -> list[list]:
 #: 1-2%; with a 3% tie, 256x1024x4096's 2-slice tile, offered first and 4.5% slower in both
 #: modes, won 2 of 5 tries (and 4x4096x4096's, 5% slower, won in a benchmark run). A 1% tie
 #: ran the validation suite as the 3% one did (Triton, graph: 1.024 and 1.025 against 1.023).
-AUTOTUNE_ROUNDS = 3
+#: Each round times a candidate AUTOTUNE_REPS times (fewer where that passes
+#: AUTOTUNE_ROUND_S).
+AUTOTUNE_ROUNDS = 5
 AUTOTUNE_TIE = 0.01
+AUTOTUNE_REPS = 25
+AUTOTUNE_ROUND_S = 0.5
 
 
 def fastest(candidates: list, launch: Callable[[object], object], *,
-            rounds: int = AUTOTUNE_ROUNDS, tie: float = AUTOTUNE_TIE) -> object | None:
+            rounds: int = AUTOTUNE_ROUNDS, tie: float = AUTOTUNE_TIE,
+            reps: int = AUTOTUNE_REPS) -> object | None:
     """The fastest of ``candidates`` as ``launch(candidate)`` runs them, for a backend's
-    first-call autotuning: each is timed (``kernel`` mode) in ``rounds`` rounds ordered by
-    :func:`rotations` and ranked by the median of its rounds, so that a clock or temperature
-    drift while they are timed favours none; one within ``tie`` of the fastest wins if it
-    comes earlier in ``candidates`` (the expected best first). A candidate whose launch
-    raises is dropped; None when every one did."""
+    first-call autotuning: each is timed (``kernel`` mode, ``reps`` runs) in ``rounds``
+    rounds ordered by :func:`rotations` and ranked by the median of its rounds, so that a
+    clock or temperature drift while they are timed favours none; one within ``tie`` of the
+    fastest wins if it comes earlier in ``candidates`` (the expected best first). A candidate
+    whose launch raises is dropped; None when every one did."""
     times: dict = {}
     for order in rotations(list(candidates), rounds):
         for candidate in order:
@@ -244,8 +249,8 @@ def fastest(candidates: list, launch: Callable[[object], object], *,
                 continue
             samples = times.setdefault(candidate, [])
             try:
-                samples.append(time_gpu(lambda: launch(candidate), warmup=2, reps=7,
-                                        max_seconds=0.5).median_ms)
+                samples.append(time_gpu(lambda: launch(candidate), warmup=2, reps=reps,
+                                        max_seconds=AUTOTUNE_ROUND_S).median_ms)
             except Exception:  # noqa: BLE001 - a candidate that cannot run is left out
                 samples.clear()
     ranked = [(statistics.median(v), c) for c, v in times.items() if v]
