@@ -303,3 +303,20 @@ def test_half_size_tiles_build_with_multicast_loads_and_no_spills(tmp_path, monk
                  if candidate.operation.procedural_name() in name}
         assert usage, candidate.name
         assert all(stack == 0 and local == 0 for _, stack, local in usage.values()), usage
+
+
+def test_fastest_ranks_by_the_median_of_its_rounds(monkeypatch):
+    """One disturbed round decides nothing: each candidate is timed in AUTOTUNE_ROUNDS rounds
+    of AUTOTUNE_REPS runs (within AUTOTUNE_ROUND_S) and ranked by the median of its rounds
+    ("a" wins by median, "b" would by mean)."""
+    rounds = {"a": iter([1.0, 1.0, 3.0, 1.0, 1.0]), "b": iter([1.05, 0.5, 1.05, 1.05, 1.05])}
+    settings: list[dict] = []
+
+    def time_gpu(fn, **kwargs):
+        settings.append(kwargs)
+        return SimpleNamespace(median_ms=fn())
+    monkeypatch.setattr(timing, "time_gpu", time_gpu)
+    assert timing.fastest(list(rounds), lambda name: next(rounds[name])) == "a"
+    assert len(settings) == 2 * timing.AUTOTUNE_ROUNDS
+    assert {(s["reps"], s["max_seconds"]) for s in settings} == {
+        (timing.AUTOTUNE_REPS, timing.AUTOTUNE_ROUND_S)}
