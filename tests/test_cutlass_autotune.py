@@ -309,7 +309,8 @@ def test_fastest_ranks_by_the_median_of_its_rounds(monkeypatch):
     """One disturbed round decides nothing: each candidate is timed in AUTOTUNE_ROUNDS rounds
     of AUTOTUNE_REPS runs (within AUTOTUNE_ROUND_S) and ranked by the median of its rounds
     ("a" wins by median, "b" would by mean)."""
-    rounds = {"a": iter([1.0, 1.0, 3.0, 1.0, 1.0]), "b": iter([1.05, 0.5, 1.05, 1.05, 1.05])}
+    n = timing.AUTOTUNE_ROUNDS
+    rounds = {"a": iter([3.0] + [1.0] * (n - 1)), "b": iter([0.0] + [1.05] * (n - 1))}
     settings: list[dict] = []
 
     def time_gpu(fn, **kwargs):
