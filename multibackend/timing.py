@@ -235,10 +235,9 @@ AUTOTUNE_ROUND_S = 0.5
 
 
 def fastest(candidates: list, launch: Callable[[object], object], *,
-            rounds: int = AUTOTUNE_ROUNDS, tie: float = AUTOTUNE_TIE,
-            reps: int = AUTOTUNE_REPS) -> object | None:
+            rounds: int = AUTOTUNE_ROUNDS, tie: float = AUTOTUNE_TIE) -> object | None:
     """The fastest of ``candidates`` as ``launch(candidate)`` runs them, for a backend's
-    first-call autotuning: each is timed (``kernel`` mode, ``reps`` runs) in ``rounds``
+    first-call autotuning: each is timed (``kernel`` mode, AUTOTUNE_REPS runs) in ``rounds``
     rounds ordered by :func:`rotations` and ranked by the median of its rounds, so that a
     clock or temperature drift while they are timed favours none; one within ``tie`` of the
     fastest wins if it comes earlier in ``candidates`` (the expected best first). A candidate
@@ -250,7 +249,7 @@ def fastest(candidates: list, launch: Callable[[object], object], *,
                 continue
             samples = times.setdefault(candidate, [])
             try:
-                samples.append(time_gpu(lambda: launch(candidate), warmup=2, reps=reps,
+                samples.append(time_gpu(lambda: launch(candidate), warmup=2, reps=AUTOTUNE_REPS,
                                         max_seconds=AUTOTUNE_ROUND_S).median_ms)
             except Exception:  # noqa: BLE001 - a candidate that cannot run is left out
                 samples.clear()
