@@ -8,8 +8,9 @@ Run from the repository root on a machine with a GPU:
 
 Problems: the ``decode`` suite (M from 1 to 512 times eight LLM projections, the
 128256-word vocabulary head among them) and the ``few_tile`` suite (cubes from 768 to 2560
-and deep-K products: at most two waves of 128x256 output tiles, most under one). Members, each checked against the float64 reference first and
-then timed with their runs alternated (:func:`multibackend.timing.time_interleaved`):
+and deep-K products: at most two waves of 128x256 output tiles, most under one). Members,
+each checked against the float64 reference first and then timed with their runs alternated
+(:func:`multibackend.timing.time_interleaved`):
 ``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
 shortlist, split-K candidates included), ``cutlass`` (its "autotune" config: first-call
 autotune over its shortlist of persistent, stream-K and split-K kernels, built beforehand in
