@@ -8,9 +8,13 @@ shape: every calibration entry of the problem's family (op, dtypes, precision, l
 batched or not, rows on or off the 16-byte grid) within a factor of :data:`RADIUS_FACTOR` in
 each of M, N and K must have been won by the same backend (the tuner lets a backend win only
 by more than the spread it measured, and an entry counts for it only where it was also
-faster than torch.matmul in the entry's other timing mode), and there must be at least one. Then that backend runs with the nearest entry's
-config. Anywhere else the answer is cuBLAS: where nothing was measured, the rule does not
-guess.
+faster than torch.matmul in the entry's other timing mode), and there must be at least one.
+Then that backend runs with the entry's config where this very shape was measured, else with
+its own default for the shape: a config is chosen for the grid it makes on its shape, and on a
+neighbour it can leave SMs idle (H100, graph mode: the 16x128 tile measured at 24x5120x13824
+ran 32x4096x14336 as 64 programs at 0.95x torch.matmul, where Triton's own first-call pick
+ran 128 programs at 1.04x). Anywhere else the answer is cuBLAS: where nothing was measured,
+the rule does not guess.
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ class Advice:
     """What the calibration data says about one problem."""
 
     backend: str | None  # None: no confident answer (cuBLAS)
-    config: Config | None
+    config: Config | None  # None: the backend's own default (no entry of this very shape)
     detail: str
 
 
@@ -98,7 +102,9 @@ def advise(problem: Problem) -> Advice:
         return Advice(None, None, f"{len(near)} calibration measurement(s) within "
                                   f"{RADIUS_FACTOR:g}x won by {', '.join(sorted(winners))}; "
                                   f"nearest {key} (log2 distance {dist:.2f}): {figures}")
-    return Advice(nearest["backend"], Config.from_dict(nearest["config"]),
+    config = Config.from_dict(nearest["config"]) if dist == 0 else None
+    return Advice(nearest["backend"], config,
                   f"all {len(near)} calibration measurement(s) within {RADIUS_FACTOR:g}x won "
                   f"by {nearest['backend']}; nearest {key} (log2 distance {dist:.2f}): "
-                  f"{figures}")
+                  f"{figures}" + ("" if config else f"; {nearest['backend']} chooses its "
+                                  "config for this shape"))

@@ -185,8 +185,8 @@ def decide(problem: Problem, backend: str | None = None, config: Config | None =
     if advice.backend is not None and advice.backend in accepted:
         chosen = registry.get(advice.backend)
         names = {c.name for c in chosen.configs(problem)}
-        config = advice.config if advice.config.name in names else \
-            chosen.default_config(problem)
+        config = advice.config if advice.config is not None and advice.config.name in names \
+            else chosen.default_config(problem)
         if chosen.built(problem, config):
             return Decision(problem, advice.backend, config, "calibrated",
                             advice.detail + aside, verdicts)

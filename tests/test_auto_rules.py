@@ -94,8 +94,13 @@ def test_cublas_refusing_falls_back_in_order():
 def test_calibration_picks_a_backend_only_where_every_neighbour_agrees(monkeypatch):
     _calibration(monkeypatch, _entry("triton", 400, 4096, 4096), _entry("triton", 700, 5000, 4096))
     d = dispatch.decide(P, registry=_Registry())
-    assert (d.backend, d.rule, d.config.name) == ("triton", "calibrated", "wide")
+    assert (d.backend, d.rule) == ("triton", "calibrated")
     assert "all 2 calibration measurement(s)" in d.detail and "1.10x" in d.detail
+    # a config measured on a neighbour is not carried over: the backend chooses its own
+    assert d.config.name == "default" and "chooses its config for this shape" in d.detail
+    _calibration(monkeypatch, _entry("triton", 512, 4096, 4096), _entry("triton", 700, 5000, 4096))
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.config.name) == ("triton", "wide")  # this very shape's entry
     _calibration(monkeypatch, _entry("triton", 400, 4096, 4096), _entry("cublas", 600, 4096, 4096,
                                                                          config="default"))
     d = dispatch.decide(P, registry=_Registry())
