@@ -27,7 +27,6 @@ neighbour's.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import BASE, checked, member_lines  # noqa: E402
+from gpu_validation import (BASE, checked, member_calls, member_lines,  # noqa: E402
+                            prebuild_cutlass, write_report)
 
 MEMBERS = ("triton", "cutlass", "raw_wmma", "auto")
 NEIGHBOUR = "aligned"
@@ -103,18 +103,11 @@ def _prebuild(cases, members):
     """Every CUTLASS kernel the members will run, in one parallel nvcc pass."""
     if "cutlass" not in members:
         return
-    from multibackend.backends.cutlass import prepare_many
     from multibackend.request import matmul_call
 
-    jobs = []
-    for _, a, b in cases:
-        config = _cutlass_config(a, b)
-        if config is not None:
-            jobs.append((matmul_call(a, b, None).problem, config))
-    try:
-        prepare_many(jobs)
-    except Exception as exc:  # reported; those members are then dropped as failing
-        print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
+    jobs = [(matmul_call(a, b, None).problem, config) for _, a, b in cases
+            if (config := _cutlass_config(a, b)) is not None]
+    prebuild_cutlass(jobs)
 
 
 def main() -> int:
@@ -124,8 +117,6 @@ def main() -> int:
     from multibackend import dtypes as mb_dtypes
     from multibackend.request import matmul_call
     from multibackend.timing import check_mode, paired_ratio, time_interleaved
-
-    import multibackend as mb
 
     dtypes_ = args.dtypes or ["float16", "bfloat16"]
     modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]
@@ -143,14 +134,8 @@ def main() -> int:
         gen = torch.Generator(device="cuda").manual_seed(1)
         for label, a, b in cases:
             problem = matmul_call(a, b, None).problem
-            calls = {BASE: lambda a=a, b=b: torch.matmul(a, b)}
-            for name in members:
-                config = _cutlass_config(a, b) if name == "cutlass" else None
-                if name == "cutlass" and config is None:
-                    continue
-                calls[name] = (lambda a=a, b=b: mb.matmul(a, b)) if name == "auto" else \
-                    (lambda a=a, b=b, name=name, config=config:
-                     mb.matmul(a, b, backend=name, config=config))
+            configs = {"cutlass": _cutlass_config(a, b)} if "cutlass" in members else {}
+            calls = member_calls(members, a, b, configs=configs)
             problem_notes: list[str] = []
             kept = checked(calls, a, b, problem, problem_notes)
             notes += [f"{dtype} {label}: {n}" for n in problem_notes]
@@ -178,13 +163,11 @@ def main() -> int:
                       flush=True)
             del a, b, kept, calls
             torch.cuda.empty_cache()
-    for mode in modes:
-        (out_dir / f"misaligned_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
-        for paired in (False, True):
-            for line in member_lines(rows[mode], mode, (BASE, NEIGHBOUR), paired):
-                print(line, flush=True)
-    for note in notes:
-        print("  note:", note, flush=True)
+    for i, mode in enumerate(modes):
+        write_report(out_dir / f"misaligned_{mode}.json", rows[mode],
+                     [line for paired in (False, True)
+                      for line in member_lines(rows[mode], mode, (BASE, NEIGHBOUR), paired)],
+                     notes if i == len(modes) - 1 else ())
     return 0
 
 

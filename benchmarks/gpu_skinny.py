@@ -37,7 +37,6 @@ for the best of Triton and CUTLASS per problem.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import BASE, checked, member_lines  # noqa: E402
+from gpu_validation import (BASE, checked, member_calls, member_lines,  # noqa: E402
+                            prebuild_cutlass, write_report)
 
 MEMBERS = ("triton", "cutlass", "auto")
 #: seconds the GPU idles before each timing pass after the first (its clock recovers from
@@ -92,16 +92,6 @@ def _picks(problem) -> dict[str, str]:
     return {name: config.name for name, config in found.items() if config is not None}
 
 
-def _prebuild(jobs):
-    """Every CUTLASS kernel the members will run, in one parallel nvcc pass."""
-    from multibackend.backends.cutlass import prepare_many
-
-    try:
-        prepare_many(jobs)
-    except Exception as exc:  # reported; those members are then dropped as failing
-        print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
-
-
 def best_lines(rows: list[dict], mode: str) -> list[str]:
     """The best of :data:`KERNELS` per problem, as :func:`member_lines` words a member."""
     best: dict[tuple, dict] = {}
@@ -117,7 +107,6 @@ def main() -> int:
     args = parse()
     import torch
 
-    import multibackend as mb
     from multibackend import dtypes as mb_dtypes
     from multibackend.request import matmul_call
     from multibackend.suites import suite
@@ -148,19 +137,10 @@ def main() -> int:
             problem = matmul_call(a, b, None).problem
             cases.append((a, b, problem, _cutlass_config(problem) if "cutlass" in members
                           else None))
-        _prebuild([(p, c) for _, _, p, c in cases if c is not None])
+        prebuild_cutlass([(p, c) for _, _, p, c in cases if c is not None])
         checked_cases = []
         for a, b, problem, cutlass_config in cases:
-            calls = {BASE: lambda a=a, b=b: torch.matmul(a, b)}
-            for name in members:
-                if name == "auto":
-                    calls[name] = lambda a=a, b=b: mb.matmul(a, b)
-                elif name == "cutlass":
-                    if cutlass_config is not None:
-                        calls[name] = lambda a=a, b=b, c=cutlass_config: mb.matmul(
-                            a, b, backend="cutlass", config=c)
-                else:
-                    calls[name] = lambda a=a, b=b, name=name: mb.matmul(a, b, backend=name)
+            calls = member_calls(members, a, b, configs={"cutlass": cutlass_config})
             problem_notes: list[str] = []
             kept = checked(calls, a, b, problem, problem_notes)
             label = f"{problem.m}x{problem.n}x{problem.k}"
@@ -190,13 +170,10 @@ def main() -> int:
                       f"torch {base * 1e3:8.1f} us {tflops:6.1f} TF/s  {text}", flush=True)
         del cases, checked_cases
         torch.cuda.empty_cache()
-    for mode in modes:
-        (out_dir / f"skinny_{mode}.json").write_text(json.dumps(rows[mode], indent=1) + "\n")
-        for line in member_lines(rows[mode], mode, leave_out=(BASE,)) + best_lines(
-                rows[mode], mode):
-            print(line, flush=True)
-    for note in notes:
-        print("  note:", note, flush=True)
+    for i, mode in enumerate(modes):
+        write_report(out_dir / f"skinny_{mode}.json", rows[mode],
+                     member_lines(rows[mode], mode, leave_out=(BASE,))
+                     + best_lines(rows[mode], mode), notes if i == len(modes) - 1 else ())
     return 0
 
 

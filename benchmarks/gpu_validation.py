@@ -70,22 +70,49 @@ def _operands(shape, dtype: str, seed: int):
     return a.to(tdtype), b.to(tdtype)
 
 
-def _members(names: list[str], a, b, mode: str) -> dict:
+def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | None = None
+                 ) -> dict:
+    """``torch.matmul`` as :data:`BASE`, then a call per member: ``auto`` (no table),
+    ``auto_autotune`` (first-call autotuning in ``mode``), a backend's name (its default
+    config, or ``configs[name]``: left out where that is None, the backend offering none) or
+    ``<name>:<config>`` (that config)."""
     import torch
 
     import multibackend as mb
 
+    configs = configs or {}
     calls = {BASE: lambda: torch.matmul(a, b)}
     for name in names:
         if name == "auto":
             calls[name] = lambda: mb.matmul(a, b)
         elif name == "auto_autotune":
             calls[name] = lambda: mb.matmul(a, b, autotune=mode)
-        else:
-            backend, _, config = name.partition(":")
-            calls[name] = lambda backend=backend, config=config: mb.matmul(
-                a, b, backend=backend, config=config or None)
+        elif name not in configs or configs[name] is not None:
+            backend, _, named = name.partition(":")
+            config = configs.get(name, named or None)  # none passed: the shortest call path
+            kwargs = {"backend": backend} if config is None else {"backend": backend,
+                                                                  "config": config}
+            calls[name] = lambda kwargs=kwargs: mb.matmul(a, b, **kwargs)
     return calls
+
+
+def prebuild_cutlass(jobs: list) -> None:
+    """Every CUTLASS kernel of the (problem, config) ``jobs``, in one parallel nvcc pass."""
+    from multibackend.backends.cutlass import prepare_many
+
+    try:
+        prepare_many(jobs)
+    except Exception as exc:  # reported; those members are then dropped as failing
+        print(f"cutlass prebuild: {type(exc).__name__}: {exc}"[:300], flush=True)
+
+
+def write_report(path: Path, rows: list[dict], lines: list[str], notes: list[str] = ()) -> None:
+    """``rows`` written to ``path`` as JSON; ``lines`` and then ``notes`` printed."""
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    for line in lines:
+        print(line, flush=True)
+    for note in notes:
+        print("  note:", note, flush=True)
 
 
 def _chosen(a, b, mode: str) -> dict:
@@ -194,7 +221,8 @@ def main() -> int:
                 a, b = _operands(shape, dtype, seed=i)
                 problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc)
                 problem_notes: list = []
-                calls = checked(_members(members, a, b, mode), a, b, problem, problem_notes)
+                calls = checked(member_calls(members, a, b, mode), a, b, problem,
+                                problem_notes)
                 notes += [f"{dtype} {shape.label}: {n}" for n in problem_notes]
                 timed = time_interleaved(calls, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)
@@ -213,12 +241,7 @@ def main() -> int:
                 print(f"[{time.monotonic() - start:6.0f}s] {mode} {dtype} {shape.label:22s} "
                       f"torch {base * 1e3:9.1f} us  {ratios}", flush=True)
                 del a, b
-        path = out_dir / f"validation_{mode}.json"
-        path.write_text(json.dumps(rows, indent=1) + "\n")
-        for line in _summary(rows, mode):
-            print(line, flush=True)
-        for note in notes:
-            print("  note:", note, flush=True)
+        write_report(out_dir / f"validation_{mode}.json", rows, _summary(rows, mode), notes)
     return 0
 
 

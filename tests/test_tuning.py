@@ -650,9 +650,19 @@ def test_rotations_put_every_item_in_every_place_after_every_other_item():
     assert rotations([], 2) == [[], []]
 
 
-def test_paired_ratio_compares_runs_of_the_same_round():
+def _benchmark_module(name: str):
+    """A script of benchmarks/ loaded as a module (they are not a package)."""
     import importlib.util
     import pathlib
+
+    spec = importlib.util.spec_from_file_location(
+        name, pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_ratio_compares_runs_of_the_same_round():
     import statistics
 
     from multibackend.timing import Timing, paired_ratio
@@ -669,11 +679,7 @@ def test_paired_ratio_compares_runs_of_the_same_round():
     assert paired_ratio(timing(late), timing(first)) != pytest.approx(1.03)  # pairs by round
     with pytest.raises(ValueError, match="expected two timed together"):
         paired_ratio(timing(first), timing(first[:3]))
-    spec = importlib.util.spec_from_file_location(
-        "gpu_validation", pathlib.Path(__file__).resolve().parent.parent / "benchmarks"
-        / "gpu_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _benchmark_module("gpu_validation")
     timed = {"torch": timing(first), "auto": timing([f * 1.01 for f in first]),
              "auto_autotune": timing(second)}
     assert validation.paired_vs_fastest(timed) == pytest.approx(1 / 1.03)
@@ -682,6 +688,30 @@ def test_paired_ratio_compares_runs_of_the_same_round():
     assert "min 0.909" in validation.member_lines(rows, "eager")[1]
     by_round = validation.member_lines(rows, "eager", paired=True)
     assert "paired by round" in by_round[0] and "min 0.970" in by_round[1]
+
+
+def test_benchmark_members_call_as_named_and_leave_out_a_backend_offering_nothing(
+        tmp_path, capsys, monkeypatch):
+    import multibackend as mb
+
+    validation = _benchmark_module("gpu_validation")
+    seen = []
+    monkeypatch.setattr(mb, "matmul", lambda a, b, **kwargs: seen.append((a, b, kwargs)))
+    names = ["auto", "triton", "cutlass", "cutlass:autotune", "auto_autotune"]
+    calls = validation.member_calls(names, "A", "B", "graph", configs={"cutlass": None})
+    assert list(calls) == ["torch", "auto", "triton", "cutlass:autotune", "auto_autotune"]
+    for name in names:
+        calls.get(name, lambda: None)()
+    # a backend's default is called with no config at all: the public call's shortest path
+    assert seen == [("A", "B", {}), ("A", "B", {"backend": "triton"}),
+                    ("A", "B", {"backend": "cutlass", "config": "autotune"}),
+                    ("A", "B", {"autotune": "graph"})]
+    seen.clear()
+    validation.member_calls(["cutlass"], "A", "B", configs={"cutlass": "k"})["cutlass"]()
+    assert seen == [("A", "B", {"backend": "cutlass", "config": "k"})]
+    validation.write_report(tmp_path / "rows.json", [{"ms": 1.5}], ["summary"], ["a note"])
+    assert json.loads((tmp_path / "rows.json").read_text()) == [{"ms": 1.5}]
+    assert capsys.readouterr().out == "summary\n  note: a note\n"
 
 
 def test_a_config_read_back_from_json_is_the_same_hashable_config():
