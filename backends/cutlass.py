@@ -297,11 +297,17 @@ def kernel_jobs(problem: Problem, config: Config) -> list[tuple[Problem, Config]
 STAGED_TYPES = ("float16", "bfloat16")
 
 
-def _output_on_grid(problem: Problem) -> bool:
-    """Whether D's rows are 16-byte aligned: the staged kernels' 3.x epilogues refuse a D
-    (and C) off the grid at run time, so staging is offered only where they are not."""
+def _stages_onto_tma(problem: Problem) -> bool:
+    """Whether staged configs are offered for ``problem``: where D's rows are 16-byte aligned
+    (the staged kernels' 3.x epilogues refuse a D or C off the grid at run time) and the
+    copies are read by the 3.x TMA kernels. A contiguous extent that is no multiple of 16
+    bytes (K = 4095 of a row-major A) stays so on the copies, and only the kernels of the
+    unstaged problem could read them (:func:`multibackend.cutlass_emit.operand_alignment`)."""
     size = int(dtypes.get(problem.d_dtype).itemsize)
-    return cutlass_emit.output_alignment(problem) * size == 16
+    if cutlass_emit.output_alignment(problem) * size != 16:
+        return False
+    found = cutlass_emit.candidates(staging.staged_problem(problem))
+    return bool(found) and found[0].family == "3x_tma"
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
@@ -424,7 +430,7 @@ class CutlassBackend(Backend):
             return Reason(NAME, "dtype", NOT_WIRED[problem.in_dtype])
         reason = CAPABILITY.check(problem)
         if reason is not None and problem.misaligned and problem.in_dtype in STAGED_TYPES \
-                and _output_on_grid(problem) \
+                and _stages_onto_tma(problem) \
                 and CAPABILITY.check(staging.staged_problem(problem)) is None:
             return None  # its staged configs run it
         if reason is not None and reason.rule == "layout" and problem.in_dtype in K_MAJOR_ONLY:
@@ -448,7 +454,7 @@ class CutlassBackend(Backend):
         autotune = [AUTOTUNE] if autotune_shortlist(problem, found) else []
         return (configs[:1] + autotune + stream_k_configs(problem, found) + configs[1:]
                 + [v for c in tma for v in scheduler_variants(c)]
-                + (staging.offered(self, problem) if _output_on_grid(problem) else []))
+                + (staging.offered(self, problem) if _stages_onto_tma(problem) else []))
 
     def variants(self, problem: Problem, config: Config) -> list[Config]:
         """The runtime variants (swizzle, raster order) of the kernel ``config`` names, for

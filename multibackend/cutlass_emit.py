@@ -203,12 +203,18 @@ def element_key(problem: Problem) -> str:
 
 def operand_alignment(operand: Operand, batch: int) -> int:
     """The most elements (16 bytes' worth at most) one vector access may move for this operand:
-    its pointer, leading dimension and batch stride must all be multiples of it."""
+    its pointer, leading dimension and batch stride must all be multiples of it, and so must
+    its extent along the contiguous direction (K of a row-major A): CUTLASS's
+    ``can_implement`` checks the shape as well as the strides, and refuses at run time a
+    kernel whose alignment does not divide it (a 7x11008x4095 product whose rows were copied
+    onto the 16-byte grid)."""
     size = max(1, int(dtypes.get(operand.dtype).itemsize))
+    extent = operand.rows if operand.layout == "col" else operand.cols
     align = 16 // size
     while align > 1:
         stride_ok = batch <= 1 or operand.batch_stride % align == 0
-        if operand.align % (align * size) == 0 and operand.ld % align == 0 and stride_ok:
+        if (operand.align % (align * size) == 0 and operand.ld % align == 0 and stride_ok
+                and extent % align == 0):
             return align
         align //= 2
     return 1

@@ -1,10 +1,12 @@
-"""Operand factories for tests: fresh random data of every dtype, and poisoned outputs; a
-recorder of the calls a Linear layer makes to torch's own linear."""
+"""Operand factories for tests: fresh random data of every dtype, poisoned outputs, and
+problems whose A is a view of a wider matrix; a recorder of the calls a Linear layer makes to
+torch's own linear."""
 from __future__ import annotations
 
 import torch
 
 from multibackend.crosscheck import poison
+from multibackend.problem import Problem, make_operand, synthetic
 
 
 def random_tensor(shape, dtype: torch.dtype, device="cpu", *, generator=None, small_int=False):
@@ -25,6 +27,12 @@ def poisoned(shape, dtype: torch.dtype, device="cpu"):
     out = torch.empty(shape, dtype=dtype, device=device)
     poison(out)
     return out
+
+
+def sliced_problem(m: int, n: int, k: int, ld: int, dtype: str = "float16") -> Problem:
+    """M x N x K with A a row-major view of a matrix ``ld`` elements wide (rows off the
+    16-byte grid where ``ld`` is no multiple of 8), described by numbers alone."""
+    return synthetic(m, n, k, dtype).with_(a=make_operand(dtype, m, k, (ld, 1), 0, 0))
 
 
 def record_torchs_linear(monkeypatch) -> list:

@@ -19,6 +19,7 @@ from multibackend import cutlass_build, cutlass_emit, staging, toolchain  # noqa
 from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config  # noqa: E402
 from multibackend.problem import Problem, folded_batch, make_operand, synthetic  # noqa: E402
+from tests.helpers import sliced_problem  # noqa: E402
 
 BACKEND = backend_module.create()
 LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
@@ -190,19 +191,36 @@ def test_ragged_f16_falls_back_to_smaller_alignment_kernels():
 
 
 def test_misaligned_problem_is_offered_staged_tma_kernels():
-    """K = 4095: no 16-byte-aligned row of A; the staged configs run the TMA mainloop on
-    the aligned copy. A D off the grid (N = 4095) is not staged: the 3.x epilogues refuse it
-    at run time."""
-    odd = synthetic(4096, 4096, 4095, "float16")
-    staged = [c for c in BACKEND.configs(odd) if staging.is_staged(c)]
-    assert staged and all(not c.name.endswith("_tma") for c in BACKEND.configs(odd)
+    """A's rows off the 16-byte grid (a view, rows 4100 elements apart): the staged configs
+    run the TMA mainloop on the aligned copy. A D off the grid (N = 4095) is not staged: the
+    3.x epilogues refuse it at run time; nor is K = 4095, whose copies stay 4095 wide:
+    CUTLASS's can_implement refuses a TMA kernel whose alignment does not divide the
+    contiguous extent, so only the kernels of the unstaged problem read them."""
+    sliced = sliced_problem(4096, 4096, 4096, 4100)
+    staged = [c for c in BACKEND.configs(sliced) if staging.is_staged(c)]
+    assert staged and all(not c.name.endswith("_tma") for c in BACKEND.configs(sliced)
                           if not staging.is_staged(c))
-    candidate = backend_module.candidate_for(*staging.unwrap(odd, staged[0]))
+    candidate = backend_module.candidate_for(*staging.unwrap(sliced, staged[0]))
     assert candidate.family == "3x_tma"
-    assert not [c for c in BACKEND.configs(synthetic(4095, 4095, 4095, "float16"))
-                if staging.is_staged(c)]
-    assert BACKEND.variants(odd, staged[0]) and all(
-        staging.is_staged(v) for v in BACKEND.variants(odd, staged[0]))
+    for no_tma in (synthetic(4095, 4095, 4095, "float16"), synthetic(7, 11008, 4095, "float16"),
+                   sliced_problem(4096, 4096, 4095, 4100)):
+        configs = BACKEND.configs(no_tma)
+        assert configs and not [c for c in configs if staging.is_staged(c)]
+        assert all(backend_module.candidate_for(no_tma, c).family != "3x_tma" for c in configs
+                   if c.name != "autotune")
+    assert BACKEND.variants(sliced, staged[0]) and all(
+        staging.is_staged(v) for v in BACKEND.variants(sliced, staged[0]))
+
+
+def test_alignment_divides_the_contiguous_extent():
+    """Rows 4096 elements apart but K = 4095 wide: no vector access of 2 or more elements
+    fits CUTLASS's shape check; a column-major A's extent is M."""
+    assert cutlass_emit.operand_alignment(sliced_problem(4096, 4096, 4095, 4096).a, 1) == 1
+    assert cutlass_emit.operand_alignment(sliced_problem(4096, 4096, 4092, 4096).a, 1) == 4
+    col = synthetic(100, 64, 64, "float16", a_layout="col").a
+    assert (col.rows, col.ld) == (100, 100) and cutlass_emit.operand_alignment(col, 1) == 4
+    wide = col.__class__(**{**col.__dict__, "ld": 128})
+    assert cutlass_emit.operand_alignment(wide, 1) == 4
 
 
 def test_odd_output_width_uses_a_non_tma_epilogue():
@@ -348,9 +366,9 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     source = cutlass_emit.emit(candidate)
     bf16 = synthetic(33, 17, 9, "bfloat16")  # 1-element alignment: the retyped 2.x kernels
     bf16_candidate = backend_module.candidate_for(bf16, Config.of("64x64x32_s2_sm75"))
-    odd = synthetic(4096, 4096, 4095, "float16")  # staged: the aligned kernel on copies
-    staged_config = next(c for c in BACKEND.configs(odd) if staging.is_staged(c))
-    staged_candidate = backend_module.candidate_for(*staging.unwrap(odd, staged_config))
+    sliced = sliced_problem(4096, 4096, 4096, 4100)  # staged: the aligned kernel on copies
+    staged_config = next(c for c in BACKEND.configs(sliced) if staging.is_staged(c))
+    staged_candidate = backend_module.candidate_for(*staging.unwrap(sliced, staged_config))
     path, bf16_path, staged_path = cutlass_build.build_many(  # in parallel, one nvcc each
         [(source, candidate.arch, candidate.name),
          (cutlass_emit.emit(bf16_candidate), bf16_candidate.arch, bf16_candidate.name),

@@ -18,6 +18,7 @@ from multibackend.backends import cutlass as backend_module  # noqa: E402
 from multibackend.backends.base import Config, Operands  # noqa: E402
 from multibackend.errors import InvalidArgument  # noqa: E402
 from multibackend.problem import synthetic  # noqa: E402
+from tests.helpers import sliced_problem  # noqa: E402
 
 BACKEND = backend_module.create()
 SKINNY = (8, 4096, 4096)
@@ -135,9 +136,9 @@ def test_out_dtype_c_and_layouts_keep_their_stream_k_kernels():
 
 
 def test_misaligned_problem_is_offered_staged_stream_k():
-    """K = 4095: the staged configs copy A and B onto the grid and run the aligned kernels,
-    stream-K among the first of them."""
-    names = _names(synthetic(8, 4096, 4095, "float16", cc=(9, 0)))
+    """A's rows off the grid (a view, rows 4100 elements apart): the staged configs copy A
+    onto the grid and run the aligned kernels, stream-K among the first of them."""
+    names = _names(sliced_problem(8, 4096, 4096, 4100))
     assert "staged:128x256x64_1x2x1_cooperative_tma_streamk" in names
 
 

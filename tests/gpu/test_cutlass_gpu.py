@@ -393,6 +393,29 @@ def test_stream_k_on_a_broadcast_batch():
         _check(problem, a, b, None, d, 1.0, 0.0)
 
 
+def test_rows_on_the_grid_with_a_ragged_k_run_exactly():
+    """A is a view whose rows start 4096 elements apart (every one on the 16-byte grid) but
+    hold K = 4095: CUTLASS's kernels check the contiguous extent too, so the call runs a
+    kernel of smaller alignment (the TMA kernel refused it at run time), and no staged config
+    is offered for it, nor for a contiguous K = 4095 whose D is on the grid."""
+    import multibackend as mb
+    from multibackend import staging
+    from multibackend.request import matmul_call
+
+    gen = torch.Generator().manual_seed(11)
+    wide = random_tensor((200, 4096), torch.float16, "cuda", generator=gen, small_int=True)
+    a = wide[:, :4095]
+    b = random_tensor((4095, 264), torch.float16, "cuda", generator=gen, small_int=True)
+    problem = matmul_call(a, b, None).problem
+    assert problem.a.ld == 4096 and problem.k == 4095
+    assert backend_module.candidate_for(problem, BACKEND.default_config(problem)).family \
+        != "3x_tma"
+    d = mb.matmul(a, b, backend="cutlass")
+    assert torch.equal(d.double(), (a.double() @ b.double()).half().double())
+    contiguous = synthetic(7, 11008, 4095, "float16", cc=_cc())
+    assert not [c for c in BACKEND.configs(contiguous) if staging.is_staged(c)]
+
+
 def test_broadcast_batch_operand():
     gen = torch.Generator().manual_seed(3)
     a = _matrix("float16", 1, 136, 200, "row", gen, False).expand(3, 136, 200)
