@@ -308,6 +308,8 @@ def _stages_onto_tma(problem: Problem) -> bool:
         return False
     found = cutlass_emit.candidates(staging.staged_problem(problem))
     return bool(found) and found[0].family == "3x_tma"
+
+
 CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_fits_generator,))
 
 
