@@ -72,11 +72,11 @@ def _finish(call: Call) -> Any:
     return result
 
 
-def _resolve_config(call: Call, backend: str | None, config: Any):
+def _resolve_config(problem: Problem, backend: str | None, config: Any) -> Config | None:
     """The Config asked for by ``config`` (a Config or one of the backend's config names)."""
     if config is None:
         return None
-    op = call.problem.op
+    op = problem.op
     if backend in (None, "auto"):
         raise InvalidArgument(f"{op}: config is {config!r} but backend is 'auto': a config "
                               "belongs to one backend, so name the backend too")
@@ -85,7 +85,7 @@ def _resolve_config(call: Call, backend: str | None, config: Any):
     if not isinstance(config, str):
         raise InvalidArgument(f"{op}: config is {config!r}: expected a Config or a config name")
     impl = REGISTRY.get(backend)
-    offered = impl.configs(call.problem) if impl is not None else []
+    offered = impl.configs(problem) if impl is not None else []
     for candidate in offered:
         if candidate.name == config:
             return candidate
@@ -155,13 +155,9 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
         return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                          acc_dtype=acc_dtype, precision=precision, saturate=saturate,
                          dtype=dtype, backend=backend, config=config, autotune=autotune)
-    if dtype is not None and dtype not in ("int4", "uint4"):
-        raise InvalidArgument(f"matmul: dtype is {dtype!r}: only 'int4' and 'uint4' name packed "
-                              "operands (use binary_matmul for bits; other dtypes come from "
-                              "the arrays)")
     call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                        acc_dtype=acc_dtype, precision=precision, saturate=saturate,
-                       packed=dtype)
+                       packed=_packed(dtype))
 
     def rerun(name: str, chosen: Any, into: Any) -> Any:
         if defaults and chosen is None and into is None:  # as the call runs once chosen,
@@ -226,6 +222,15 @@ def _recorded(A: Any, B: Any, C: Any, **options: Any) -> Any:
     from . import torch_op
 
     return torch_op.matmul(A, B, C, **options)
+
+
+def _packed(dtype: Any) -> str | None:
+    """matmul's ``dtype`` keyword checked: the packed operand type it names, or None."""
+    if dtype is not None and dtype not in ("int4", "uint4"):
+        raise InvalidArgument(f"matmul: dtype is {dtype!r}: only 'int4' and 'uint4' name packed "
+                              "operands (use binary_matmul for bits; other dtypes come from "
+                              "the arrays)")
+    return dtype
 
 
 def binary_matmul(A: Any, B: Any, *, op: str = "xor", out: Any = None,
@@ -328,7 +333,7 @@ def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
             mode: str | None) -> Decision:
     """The decision for the call, after timing the backends first when first-call
     autotuning (in timing mode ``mode``) asks for it."""
-    explicit = _resolve_config(call, backend, config)
+    explicit = _resolve_config(call.problem, backend, config)
     decision = decide(call.problem, backend, explicit, autotune=mode)
     if decision.backend is None and mode is not None and rerun is not None:
         accepted = [v.backend for v in decision.verdicts if v.accepted]
@@ -435,17 +440,41 @@ dot.__signature__ = inspect.signature(_dot)
 
 
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",
-            **kwargs: Any) -> Decision:
-    """The dispatch decision for these arguments: the chosen backend and config, the rule
-    that decided, and every backend's accept/reject reason (print it, or ``.to_dict()``).
+            autotune: Any = None, alpha: Any = 1.0, beta: Any = None, out: Any = None,
+            out_dtype: Any = None, acc_dtype: Any = None, precision: str | None = None,
+            saturate: bool = False, dtype: str | None = None, config: Any = None) -> Decision:
+    """The dispatch decision :func:`matmul` (or :func:`dot`) would make for these arguments,
+    which it takes alike: the chosen backend and config, the rule that decided, and every
+    backend's accept/reject reason (print it, or ``.to_dict()``).
 
     With B None, A is taken to be a :class:`~multibackend.problem.Problem`. For a 1-D A and
-    B the decision is dot's."""
-    autotune = kwargs.pop("autotune", None)
-    problem = A if B is None and isinstance(A, Problem) else call_for(A, B, C, **kwargs).problem
+    B the decision is dot's, which takes ``acc_dtype`` only."""
+    if B is None and isinstance(A, Problem):
+        problem = A
+    elif getattr(A, "ndim", None) == 1:
+        given = {"C": C, "beta": beta, "out": out, "out_dtype": out_dtype,
+                 "precision": precision, "dtype": dtype}
+        extra = [name for name, value in given.items() if value is not None]
+        extra += ["alpha"] * (type(alpha) not in (int, float) or alpha != 1)
+        extra += ["saturate"] * (saturate is not False)
+        if extra:
+            raise InvalidArgument(f"explain: x is 1-D, so this is a dot, which takes no "
+                                  f"{', '.join(extra)} (dot takes acc_dtype only)")
+        problem = dot_call(A, B, acc_dtype=acc_dtype).problem
+    else:
+        problem = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                              acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                              packed=_packed(dtype)).problem
+    if backend not in (None, "auto"):
+        REGISTRY.check_name(backend, problem.op)
+    verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
+    if not (problem.m and problem.n and problem.k):
+        return Decision(problem, None, None, "trivial",
+                        "M, N or K is 0: answered without a kernel (K = 0 gives beta * C, "
+                        "zeros without C; M = 0 or N = 0 an empty result)", verdicts)
+    explicit = _resolve_config(problem, backend, config)
     mode = first_call.mode_of(autotune, problem.op) if backend in (None, "auto") else None
     try:
-        return decide(problem, backend, autotune=mode)
+        return decide(problem, backend, explicit, autotune=mode)
     except UnsupportedProblem as exc:
-        verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
         return Decision(problem, None, None, "none", str(exc), verdicts)

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from multibackend.backends.base import Config
 
 from . import cache, environment
-from .errors import InvalidArgument
+from .errors import InvalidArgument, UnsupportedProblem
 from .problem import Problem
 
 ENV_AUTOTUNE = "MULTIBACKEND_AUTOTUNE"
@@ -87,8 +87,11 @@ class Store:
     def _read(self) -> dict[str, dict]:
         def whole(data: bytes) -> bool:
             try:
-                return isinstance(json.loads(data).get("entries"), dict)
-            except (ValueError, AttributeError):
+                entries = json.loads(data).get("entries")
+                return isinstance(entries, dict) and all(
+                    isinstance(e.get("backend"), str) and isinstance(e["config"]["name"], str)
+                    for e in entries.values())
+            except (ValueError, AttributeError, KeyError, TypeError):
                 return False
 
         data = cache.read_entry(self.path, whole)
@@ -167,8 +170,8 @@ def measure(call: Any, accepted: list[str], mode: str,
         runs[name] = (lambda name=name: rerun(name, None, None))
         configs[name] = config
     if not runs:
-        raise InvalidArgument(f"{problem.op}: autotune found no backend that runs "
-                              f"{problem.describe()} correctly: {dropped or skipped}")
+        raise UnsupportedProblem(f"{problem.op}: autotune found no backend that runs "
+                                 f"{problem.describe()} correctly: {dropped or skipped}")
     timings = time_interleaved(runs, mode=mode, reps=REPS, max_seconds=MAX_SECONDS)
     winner, spread = choose(timings, mode)
     base = timings.get(BASELINE)

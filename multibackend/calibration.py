@@ -80,16 +80,11 @@ def winner(entry: dict) -> str:
     return name
 
 
-def _distance(problem: Problem, entry: dict) -> float:
-    return max(abs(math.log2(a) - math.log2(b)) for a, b in
-               ((problem.m, entry["m"]), (problem.n, entry["n"]), (problem.k, entry["k"])))
-
-
 def advise(problem: Problem) -> Advice:
     """The calibrated backend for ``problem``, or why there is none (see the docstring)."""
     family = tuning.family(problem)
     radius = math.log2(RADIUS_FACTOR)
-    near = sorted(((_distance(problem, e), key, e) for key, e in entries_for(problem.cc)
+    near = sorted(((tuning.distance(problem, e), key, e) for key, e in entries_for(problem.cc)
                    if e.get("family") == family), key=lambda t: t[0])
     near = [t for t in near if t[0] <= radius]
     if not near:

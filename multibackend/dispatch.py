@@ -3,12 +3,14 @@
 Resolution order — the one place it is written:
 
 1. ``backend=`` named explicitly by the caller. It must support the problem; if it cannot,
-   :class:`~multibackend.errors.UnsupportedProblem` is raised with its reason. An explicit
-   backend never falls back silently.
+   :class:`~multibackend.errors.UnsupportedProblem` is raised with its reason
+   (:class:`~multibackend.errors.BackendUnavailable` where the backend cannot run on this
+   machine at all). An explicit backend never falls back silently.
 2. ``MULTIBACKEND_BACKEND`` in the environment, with the same rule as an explicit name.
 3. The tuning table (``MULTIBACKEND_TUNING`` or :func:`multibackend.load_tuning`): an exact
    entry for the problem's key, else the nearest tuned bucket (see
-   :mod:`multibackend.tuning`), when its backend supports the problem here.
+   :mod:`multibackend.tuning`), when its backend supports the problem here; its config where
+   the backend offers that config for this problem, else the backend's default.
 4. First-call autotuning, when asked for (``autotune=`` or ``MULTIBACKEND_AUTOTUNE``, see
    :mod:`multibackend.autotune`): the entry this machine measured before, else a
    measurement now, on the call's operands (:func:`decide` answers with rule "autotune" and
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from multibackend.backends.base import Config
 
 from .capability import Reason
-from .errors import UnsupportedProblem
+from .errors import BackendUnavailable, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY, Registry
 
@@ -110,13 +112,15 @@ def verdict(problem: Problem, name: str, registry: Registry = REGISTRY) -> Verdi
 
 def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdict, ...],
                   config: Config | None, registry: Registry) -> Decision:
-    registry.check_name(name, problem.op)
+    registry.check_name(name, problem.op, "backend" if rule == "explicit" else ENV_BACKEND)
     chosen = next(v for v in verdicts if v.backend == name)
     if not chosen.accepted:
         source = "backend=" if rule == "explicit" else f"{ENV_BACKEND}="
-        raise UnsupportedProblem(f"{problem.op}: {source}{name!r} cannot run "
-                                 f"{problem.describe()}: {chosen.reason.message} "
-                                 f"(rule: {chosen.reason.rule})", [chosen.reason])
+        text = (f"{problem.op}: {source}{name!r} cannot run {problem.describe()}: "
+                f"{chosen.reason.message} (rule: {chosen.reason.rule})")
+        if registry.availability(name) is not None:
+            raise BackendUnavailable(text)
+        raise UnsupportedProblem(text, [chosen.reason])
     backend = registry.get(name)
     config = config or backend.default_config(problem)
     where = "the caller named it" if rule == "explicit" else f"{ENV_BACKEND} names it"
@@ -155,6 +159,21 @@ def shape_free(problem: Problem, decision: Decision,
             min((e["k"] / reach for e in won), default=math.inf))
 
 
+def _offered(problem: Problem, name: str, config: Config | None,
+             registry: Registry) -> tuple[Config, str]:
+    """``config`` where backend ``name`` offers it for ``problem``, else the backend's
+    default, with a note saying so (a config chosen for a neighbouring shape, or for a call
+    with other options, may not fit this one)."""
+    chosen = registry.get(name)
+    if config is not None and config.name in {c.name for c in chosen.configs(problem)}:
+        return config, ""
+    default = chosen.default_config(problem)
+    if config is None:
+        return default, ""
+    return default, (f"; {config.name} is not among {name}'s configs for this problem: "
+                     f"its default {default.name} runs it")
+
+
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,
            registry: Registry = REGISTRY, autotune: str | None = None) -> Decision:
     """Resolve the backend for ``problem`` in the order of this module's docstring;
@@ -171,22 +190,24 @@ def decide(problem: Problem, backend: str | None = None, config: Config | None =
 
     hit = tuning.lookup(problem)
     if hit is not None and hit.backend in accepted:
-        return Decision(problem, hit.backend, hit.config, "tuning-table", hit.detail, verdicts)
+        config, detail = _offered(problem, hit.backend, hit.config, registry)
+        return Decision(problem, hit.backend, config, "tuning-table", hit.detail + detail,
+                        verdicts)
     aside = f" (tuning table's {hit.backend} cannot run it here)" if hit is not None else ""
     if autotune is not None:
         entry = first_call.STORE.get(problem, autotune)
         if entry is not None and entry["backend"] in accepted:
-            return Decision(problem, entry["backend"], Config.from_dict(entry["config"]),
-                            "autotune", first_call.describe(entry) + aside, verdicts)
+            config, detail = _offered(problem, entry["backend"],
+                                      Config.from_dict(entry["config"]), registry)
+            return Decision(problem, entry["backend"], config, "autotune",
+                            first_call.describe(entry) + detail + aside, verdicts)
         return Decision(problem, None, None, "autotune",
                         f"not measured yet: the first call times every supporting backend "
                         f"in {autotune} mode{aside}", verdicts)
     advice = calibration.advise(problem)
     if advice.backend is not None and advice.backend in accepted:
         chosen = registry.get(advice.backend)
-        names = {c.name for c in chosen.configs(problem)}
-        config = advice.config if advice.config is not None and advice.config.name in names \
-            else chosen.default_config(problem)
+        config = _offered(problem, advice.backend, advice.config, registry)[0]
         if chosen.built(problem, config):
             return Decision(problem, advice.backend, config, "calibrated",
                             advice.detail + aside, verdicts)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import InvalidArgument
+
 
 @dataclass(frozen=True)
 class DType:
@@ -63,7 +65,8 @@ _ALIASES = {
 def canonical(dtype: object, *, what: str = "dtype") -> str:
     """The canonical name of ``dtype`` (a name, alias, torch/NumPy/CuPy dtype or DType).
 
-    Raises ``ValueError`` naming ``what`` when the type is not one multibackend knows.
+    Raises :class:`~multibackend.errors.InvalidArgument` (a ``ValueError``) naming ``what``
+    when the type is not one multibackend knows.
     """
     if isinstance(dtype, DType):
         return dtype.name
@@ -75,7 +78,7 @@ def canonical(dtype: object, *, what: str = "dtype") -> str:
     text = _ALIASES.get(text, text)
     if text not in DTYPES:
         known = ", ".join(DTYPES)
-        raise ValueError(f"{what} is {dtype!r}: not a dtype multibackend knows ({known})")
+        raise InvalidArgument(f"{what} is {dtype!r}: not a dtype multibackend knows ({known})")
     return text
 
 

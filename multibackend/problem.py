@@ -116,12 +116,21 @@ class Problem:
         return int(self.batch * (a + b + c + d))
 
     @property
+    def variant(self) -> str:
+        """Saturation and the binary op where the call asks for them (empty for a plain
+        call): they change which kernels may run it."""
+        return f"{':satf' if self.saturate else ''}{f':{self.bitop}' if self.bitop else ''}"
+
+    @property
     def key(self) -> str:
-        """A short text naming what a tuned choice depends on (used by tuning tables)."""
+        """A short text naming what a tuned choice depends on (used by tuning tables and
+        first-call autotuning's store). A choice made without C serves a call with C: C
+        changes the epilogue, not the kernel a config names."""
         lay = self.a.layout[0] + self.b.layout[0]
         prec = f":{self.precision}" if self.precision and self.precision != "ieee" else ""
         grid = ":unaligned" if self.misaligned else ""
-        return (f"{self.op}:{self.in_dtype}->{self.d_dtype}{prec}:{lay}{grid}:"
+        acc = "" if self.acc == dtypes.default_accumulator(self.in_dtype) else f":acc-{self.acc}"
+        return (f"{self.op}:{self.in_dtype}->{self.d_dtype}{prec}{acc}{self.variant}:{lay}{grid}:"
                 f"b{self.batch}:m{self.m}:n{self.n}:k{self.k}")
 
     def describe(self) -> str:

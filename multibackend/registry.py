@@ -36,9 +36,10 @@ class Registry:
         except Exception as exc:  # any failure is recorded, never raised at discovery
             self._failures[name] = Reason(name, "import", f"{type(exc).__name__}: {exc}")
 
-    def check_name(self, name: str, op: str = "matmul") -> None:
+    def check_name(self, name: str, op: str = "matmul", argument: str = "backend") -> None:
+        """Raise InvalidArgument unless ``name`` (given as ``argument``) names a backend."""
         if name not in self.names:
-            raise InvalidArgument(f"{op}: backend is {name!r}: not a backend name "
+            raise InvalidArgument(f"{op}: {argument} is {name!r}: not a backend name "
                                   f"(known: {', '.join(self.names)}, or 'auto')")
 
     def get(self, name: str):

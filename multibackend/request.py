@@ -140,6 +140,11 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
 
     d_dtype = (dtypes.canonical(out_dtype, what=f"{op}: out_dtype") if out_dtype is not None
                else dtypes.default_output(in_dtype, in_dtype))
+    if saturate not in (True, False):
+        raise InvalidArgument(f"{op}: saturate is {saturate!r}: expected True or False")
+    if d_dtype not in dtypes.ARRAY:
+        raise InvalidArgument(f"{op}: out_dtype is {out_dtype!r}: D must be an array dtype "
+                              f"({', '.join(dtypes.ARRAY)}); {d_dtype} exists only packed")
     acc = (dtypes.canonical(acc_dtype, what=f"{op}: acc_dtype") if acc_dtype is not None
            else dtypes.default_accumulator(in_dtype))
     if precision is not None and precision not in PRECISIONS:

@@ -51,7 +51,7 @@ def family(problem: Problem) -> str:
     """The problem's key without its sizes: what must match for a bucket to apply."""
     lay = problem.a.layout[0] + problem.b.layout[0]
     return (f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:{problem.precision}:"
-            f"{problem.acc}:{lay}:{'batched' if problem.batch > 1 else 'single'}"
+            f"{problem.acc}{problem.variant}:{lay}:{'batched' if problem.batch > 1 else 'single'}"
             f"{':unaligned' if problem.misaligned else ''}")
 
 
@@ -76,6 +76,7 @@ class TuningTables:
 
 _TABLES = TuningTables()
 _LOCK = threading.Lock()
+_ENV_LOCK = threading.Lock()
 _GENERATION = [0]
 
 
@@ -114,7 +115,25 @@ def read_table(path: str | os.PathLike) -> dict:
                               f"expected a tuning table of format {FORMAT}")
     if not isinstance(table.get("entries"), dict):
         raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'entries' object")
+    for key, entry in table["entries"].items():
+        missing = _missing_fields(entry)
+        if missing:
+            raise InvalidArgument(f"load_tuning: {str(path)!r} entry {key!r} lacks {missing}: "
+                                  "every entry needs backend, config (with a name), family, "
+                                  "and m, n, k of at least 1")
     return table
+
+
+def _missing_fields(entry: object) -> str:
+    """The fields lookup reads that ``entry`` lacks or holds wrongly, in words ('' if none)."""
+    if not isinstance(entry, dict):
+        return "everything (it is not an object)"
+    wrong = [name for name in ("backend", "family") if not isinstance(entry.get(name), str)]
+    config = entry.get("config")
+    if not (isinstance(config, dict) and isinstance(config.get("name"), str)):
+        wrong.append("config")
+    wrong += [d for d in "mnk" if not (isinstance(entry.get(d), int) and entry[d] >= 1)]
+    return ", ".join(wrong)
 
 
 def mismatch(table_env: dict, here: dict) -> list[str]:
@@ -158,9 +177,15 @@ def _load_env_tables() -> None:
     spec = os.environ.get(ENV_TUNING, "")
     if spec == (_TABLES.env_loaded or ""):
         return
-    _TABLES.env_loaded = spec
-    for part in filter(None, spec.split(os.pathsep)):
-        load_tuning(part)
+    with _ENV_LOCK:  # one thread loads; the others wait for the tables
+        if spec == (_TABLES.env_loaded or ""):
+            return
+        for part in filter(None, spec.split(os.pathsep)):
+            try:
+                load_tuning(part)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"{ENV_TUNING} is {spec!r}: {exc}") from None
+        _TABLES.env_loaded = spec
 
 
 def status() -> TuningTables:
@@ -196,7 +221,9 @@ def lead_text(entry: dict) -> str:
     return ", ".join(parts) or f"winner {winner}"
 
 
-def _distance(problem: Problem, entry: dict) -> float:
+def distance(problem: Problem, entry: dict) -> float:
+    """How far ``entry``'s shape lies from ``problem``'s: the largest |log2| ratio of M, N and
+    K (a size of 0 counts as 1)."""
     return max(abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
                for a, b in ((problem.m, entry["m"]), (problem.n, entry["n"]),
                             (problem.k, entry["k"])))
@@ -217,7 +244,7 @@ def lookup(problem: Problem, tables: TuningTables | None = None) -> Hit | None:
     for key, candidate in tables.entries.items():
         if candidate.get("family") != fam:
             continue
-        dist = _distance(problem, candidate)
+        dist = distance(problem, candidate)
         if dist <= BUCKET_RADIUS and (best is None or dist < best[0]):
             best = (dist, key, candidate)
     if best is None:

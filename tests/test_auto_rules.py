@@ -43,7 +43,7 @@ class _Registry:
         self.names = ("cublas", "triton", "raw_wmma", "cutlass")
         self.backends = {n: _Backend(n, n in refuse, n not in unbuilt) for n in self.names}
 
-    def check_name(self, name, op="matmul"):
+    def check_name(self, name, op="matmul", argument="backend"):
         if name not in self.names:
             raise InvalidArgument(name)
 
@@ -105,6 +105,29 @@ def test_calibration_picks_a_backend_only_where_every_neighbour_agrees(monkeypat
                                                                          config="default"))
     d = dispatch.decide(P, registry=_Registry())
     assert (d.backend, d.rule) == ("cublas", "baseline") and "won by cublas, triton" in d.detail
+
+
+def test_a_tuned_config_runs_only_where_its_backend_offers_it(monkeypatch):
+    tables = tuning.TuningTables(entries={P.key: _entry("triton", 512, 4096, 4096)})
+    monkeypatch.setattr(tuning, "_TABLES", tables)
+    monkeypatch.setattr(tuning, "status", lambda: tables)
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule, d.config.name) == ("triton", "tuning-table", "wide")
+    tables.entries[P.key]["config"] = {"name": "tile-of-another-shape"}
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule, d.config.name) == ("triton", "tuning-table", "default")
+    assert "tile-of-another-shape is not among triton's configs" in d.detail
+
+
+def test_calls_with_other_kernel_options_have_keys_and_families_of_their_own():
+    plain = synthetic(256, 256, 256)
+    others = [plain.with_(acc="float16"), plain.with_(saturate=True),
+              synthetic(64, 64, 256, "bit").with_(bitop="xor"),
+              synthetic(64, 64, 256, "bit").with_(bitop="and")]
+    assert len({p.key for p in [plain, *others]}) == 5
+    assert len({tuning.family(p) for p in [plain, *others[:2]]}) == 3
+    assert plain.with_(has_c=True).key == plain.key  # C changes the epilogue, not the kernel
+    assert ":acc-float16" in others[0].key and ":satf" in others[1].key
 
 
 def test_calibration_ignores_far_shapes_other_families_and_unbuilt_kernels(monkeypatch):
@@ -244,10 +267,19 @@ def test_autotune_store_merges_what_other_processes_wrote(tmp_path):
     path = tmp_path / "autotune.json"
     first, second = autotune.Store(path), autotune.Store(path)
     other = synthetic(8, 4096, 4096, "float16", cc=(9, 0))
-    first.put(P, "eager", {"backend": "cublas"})
-    second.put(other, "eager", {"backend": "triton"})
+    first.put(P, "eager", {"backend": "cublas", "config": {"name": "default"}})
+    second.put(other, "eager", {"backend": "triton", "config": {"name": "autotune"}})
     entries = json.loads(path.read_text())["entries"]
     assert len(entries) == 2
+    assert autotune.Store(path).get(other, "eager")["backend"] == "triton"
+
+
+def test_autotune_store_entry_without_its_config_is_rebuilt_not_read(tmp_path):
+    path = tmp_path / "autotune.json"
+    path.write_text(json.dumps({"format": 1, "entries": {
+        f"eager|{P.key}": {"backend": "triton"}}}))
+    assert autotune.Store(path).get(P, "eager") is None  # measured again on the next call
+    assert not path.exists()
 
 
 def test_validation_suite_is_not_the_tuning_suites():

@@ -13,7 +13,8 @@ import multibackend as mb
 from multibackend import dtypes
 from multibackend.capability import Capability, DtypeRule
 from multibackend.dispatch import FALLBACK_ORDER, decide
-from multibackend.errors import InvalidArgument, InvalidType, UnsupportedProblem
+from multibackend.errors import (BackendUnavailable, InvalidArgument, InvalidType,
+                                 UnsupportedProblem)
 from multibackend.problem import classify_layout, pointer_alignment, synthetic, synthetic_dot
 from multibackend.request import matmul_call
 
@@ -115,10 +116,17 @@ def test_capability_names_the_failing_rule():
 
 def test_explicit_backend_never_falls_back(monkeypatch):
     p = synthetic(64, 64, 64, "float16", cc=None)
-    with pytest.raises(UnsupportedProblem, match="backend='cublas'"):
+    # no GPU here: cuBLAS cannot run on this machine at all
+    with pytest.raises(BackendUnavailable, match="backend='cublas'"):
         decide(p, "cublas")
+    # Triton runs here, but not this problem
+    with pytest.raises(UnsupportedProblem, match="backend='triton'.*float8_e4m3fn"):
+        decide(synthetic(64, 64, 64, "float8_e4m3fn", cc=(7, 0)), "triton")
     monkeypatch.setenv("MULTIBACKEND_BACKEND", "cublas")
-    with pytest.raises(UnsupportedProblem, match="MULTIBACKEND_BACKEND="):
+    with pytest.raises(BackendUnavailable, match="MULTIBACKEND_BACKEND="):
+        decide(p)
+    monkeypatch.setenv("MULTIBACKEND_BACKEND", "bogus")
+    with pytest.raises(InvalidArgument, match="MULTIBACKEND_BACKEND is 'bogus': not a backend"):
         decide(p)
 
 
@@ -204,6 +212,36 @@ def test_non_array_and_mixed_devices():
         mb.matmul(torch.ones((2, 2), dtype=torch.float16), meta)
 
 
+def test_explain_takes_matmuls_keywords_and_refuses_what_dot_does_not_take():
+    a, b = f16(8, 4), f16(4, 8)
+    assert mb.explain(a, b, out_dtype="float32").problem.d_dtype == "float32"
+    assert mb.explain(np.ones((8, 2), np.uint8), np.ones((2, 8), np.uint8),
+                      dtype="int4").problem.in_dtype == "int4"
+    with pytest.raises(InvalidArgument, match="dtype is 'int2'"):
+        mb.explain(a, b, dtype="int2")
+    with pytest.raises(InvalidArgument, match="a dot, which takes no C, alpha"):
+        mb.explain(f16(8), f16(8), f16(1), alpha=2.0)
+    with pytest.raises(TypeError, match="bitop"):
+        mb.explain(a, b, bitop="nand")
+    with pytest.raises(InvalidArgument, match="backend is 'magic'"):
+        mb.explain(np.empty((0, 4), np.float16), b, backend="magic")
+    for empty in (mb.explain(np.empty((0, 4), np.float16), b),
+                  mb.explain(np.empty((8, 0), np.float16), np.empty((0, 8), np.float16))):
+        assert (empty.backend, empty.rule) == (None, "trivial") and "without a kernel" in str(empty)
+
+
+@pytest.mark.parametrize("kwargs,pattern", [
+    ({"out_dtype": "int4"}, "out_dtype is 'int4': D must be an array dtype"),
+    ({"out_dtype": "bit"}, "out_dtype is 'bit': D must be an array dtype"),
+    ({"out_dtype": "float7"}, "out_dtype is 'float7': not a dtype"),
+    ({"acc_dtype": "float7"}, "acc_dtype is 'float7': not a dtype"),
+    ({"saturate": "yes"}, "saturate is 'yes': expected True or False"),
+])
+def test_bad_options_name_argument_value_and_rule(kwargs, pattern):
+    with pytest.raises(InvalidArgument, match=pattern):
+        mb.matmul(f16(8, 4), f16(4, 8), **kwargs)
+
+
 def test_trivial_sizes_answered_without_a_kernel():
     c = np.full((3, 4), 2.0, np.float16)
     d = mb.matmul(np.empty((3, 0), np.float16), np.empty((0, 4), np.float16), c, beta=1.5)
@@ -255,7 +293,7 @@ def test_repeated_calls_reuse_the_plan_and_stay_correct(monkeypatch):
     assert len(plans._PLANS) == 2
     assert (other_alpha.double() - (-a.double() @ b.double() + 0.5 * c.double())).abs().max() < 1e-2
     monkeypatch.setenv("MULTIBACKEND_BACKEND", "cublas")
-    with pytest.raises(UnsupportedProblem, match="MULTIBACKEND_BACKEND"):
+    with pytest.raises(BackendUnavailable, match="MULTIBACKEND_BACKEND"):
         mb.matmul(a, b, c, alpha=2.0, beta=0.5)
 
 

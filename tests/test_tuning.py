@@ -63,6 +63,27 @@ def test_read_rejects_other_formats(tmp_path):
         tuning.read_table(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("field", ["backend", "config", "family", "m"])
+def test_read_rejects_an_entry_lookup_cannot_use(tmp_path, field):
+    key, e = entry(512, 512, 512, "triton")
+    del e[field]
+    path = tuning.save_table(table((key, e)), tmp_path / "t.json")
+    with pytest.raises(InvalidArgument, match=f"entry '{key}' lacks {field}"):
+        tuning.read_table(path)
+
+
+def test_a_bad_tuning_path_in_the_environment_fails_every_call(tmp_path, monkeypatch):
+    monkeypatch.setenv(tuning.ENV_TUNING, str(tmp_path / "missing.json"))
+    tuning.clear()
+    for _ in range(2):  # not once and then silently without the table
+        with pytest.raises(InvalidArgument, match="MULTIBACKEND_TUNING is .*does not exist"):
+            tuning.status()
+    key, e = entry(512, 512, 512, "raw_wmma")
+    tuning.save_table(tuning.new_table({key: e}), tmp_path / "missing.json")
+    assert tuning.status().entries == {key: e}
+    tuning.clear()
+
+
 def test_merge_later_entries_win_and_environments_must_match():
     k1, e1 = entry(1024, 1024, 1024, "triton")
     k2, e2 = entry(2048, 2048, 2048, "cutlass")
