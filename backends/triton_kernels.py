@@ -57,7 +57,7 @@ def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
     ``offs_n`` (read wrapped past M and N, so always in bounds)."""
     rows = (offs_m % M).to(tl.int64)
     cols = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K)
+    offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
     a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
               + offs_k[None, :] * stride_ak)
     b_ptrs = (b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk
@@ -87,8 +87,8 @@ def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+        a_ptrs += BLOCK_K * tl.cast(stride_ak, tl.int64)  # 64-bit: a step may pass 2^31
+        b_ptrs += BLOCK_K * tl.cast(stride_bk, tl.int64)
     return acc
 
 

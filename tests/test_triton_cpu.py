@@ -22,13 +22,18 @@ from multibackend.request import dot_call, matmul_call
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="interpreter tests run where there is no GPU")
 
-#: ragged (M, N, K): 1, 7, 17, 33, 65, 127, 129 and mixes, 12 in all
+#: ragged (M, N, K): 1, 7, 17, 33, 65, 127, 129 and mixes; K = 48 and 80, multiples of 16
+#: but not of the interpreter's BLOCK_K (32), whose tail only the K mask keeps in bounds;
+#: M = 289, more rows of tiles than one group of GROUP_M (8) holds; 14 in all
 SHAPES = [(1, 1, 1), (7, 7, 7), (17, 33, 65), (33, 17, 7), (65, 129, 17), (127, 1, 33),
           (129, 65, 127), (1, 129, 65), (17, 7, 129), (65, 33, 1), (33, 127, 17),
-          (7, 65, 33)]
+          (7, 65, 33), (9, 23, 48), (289, 40, 80)]
+#: f16 and bf16 also into a float32 D, whose bound (float32 rounding) a float16 accumulator
+#: would exceed, where a 16-bit D's own rounding hides it
 DTYPES = [("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
           ("float32", {"precision": "tf32"}), ("float32", {"precision": "tf32x3"}),
-          ("float64", {}), ("int8", {}), ("float16", {"acc_dtype": "float16"})]
+          ("float64", {}), ("int8", {}), ("float16", {"acc_dtype": "float16"}),
+          ("float16", {"out_dtype": "float32"}), ("bfloat16", {"out_dtype": "float32"})]
 
 
 def _rand(shape, dtype: torch.dtype, gen, layout: str = "row"):
@@ -62,6 +67,20 @@ def test_interpreter_matmul_ragged_shapes(dtype, kw):
                            _rand((k, n), tdtype, gen, b_layout), **kw)
         cmp = _run_and_compare(call)
         assert cmp.ok, f"{call.problem.describe()}: {cmp.detail}"
+
+
+@interpreter_only
+def test_interpreter_k_steps_past_2_31_elements():
+    """B's rows 2^26 elements apart: one BLOCK_K step of K (32 rows) spans 2^31 elements, past
+    32-bit offsets (only the rows touched are ever written: the rest stays unallocated)."""
+    gen = torch.Generator().manual_seed(9)
+    k, n = 40, 8
+    rows = torch.empty((k, 1 << 26), dtype=torch.float16)[:, :n]
+    rows.copy_(torch.randint(-4, 5, (k, n), generator=gen))
+    call = matmul_call(torch.randint(-4, 5, (3, k), generator=gen).half(), rows)
+    assert call.problem.b.ld == 1 << 26
+    cmp = _run_and_compare(call)
+    assert cmp.ok, cmp.detail
 
 
 @interpreter_only

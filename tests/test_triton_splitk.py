@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import multibackend as mb
+from multibackend import reference
 from multibackend.crosscheck import poison
 from multibackend.problem import synthetic
 from multibackend.request import matmul_call
@@ -34,7 +35,8 @@ interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
 #: by a second kernel or, fused, by the last program of each tile
 CONFIG = "splitk_16x32x32_s3_w4_st1"
 FUSED = "splitk_fused_16x32x32_s3_w4_st1"
-SHAPES = [(m, n, k) for m in (1, 3, 17) for n in (5, 33, 64) for k in (31, 96, 130)]
+#: K = 48: a multiple of 16, not of BLOCK_K (32): its tail is kept in bounds by the K mask only
+SHAPES = [(m, n, k) for m in (1, 3, 17) for n in (5, 33, 64) for k in (31, 48, 96, 130)]
 LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
 
 
@@ -106,6 +108,13 @@ def test_splitk_float32_d_and_bfloat16(config):
                _ints((17, 33), gen, torch.bfloat16))
     _assert_exact(_splitk(a, b, c, alpha=0.5, beta=-2.0, config=config),
                   _reference(a, b, c, 0.5, -2.0))
+    # random values into float32: within float32's bound, which 16-bit partial sums exceed
+    a = (torch.rand((17, 130), generator=gen, dtype=torch.float64) * 2 - 1).half()
+    b = (torch.rand((130, 33), generator=gen, dtype=torch.float64) * 2 - 1).half()
+    call = matmul_call(a, b, out_dtype="float32")
+    cmp = reference.compare(call.problem, _splitk(a, b, out_dtype=torch.float32, config=config),
+                            _reference(a, b))
+    assert cmp.ok, cmp.detail
 
 
 @interpreter_only
