@@ -36,7 +36,7 @@ from typing import Any
 
 from multibackend import cutlass_build, cutlass_emit, driver, dtypes, native, staging, toolchain
 from multibackend.backends.base import AutotunePicks, Backend, Config, Operands
-from multibackend.capability import Capability, DtypeRule, Reason
+from multibackend.capability import Capability, DtypeRule, Reason, layout_words
 from multibackend.errors import InvalidArgument, KernelRefused
 from multibackend.problem import Problem
 
@@ -84,17 +84,29 @@ NOT_WIRED = {
 }
 
 
+#: the most batch entries a 2.x kernel runs: one per grid z index (CUTLASS's
+#: ``GemmUniversalBase::can_implement`` refuses more)
+MAX_2X_BATCH = 65535
+
+
 def _fits_generator(problem: Problem) -> tuple[str, str] | None:
     if problem.op != "matmul":
         return None
     if problem.has_c and problem.c is not None:
         if problem.c.layout != "row":
-            return ("layout", f"C is {problem.c.layout}-major; C must be row-major like D")
+            broadcast = " (a bias broadcast over the rows, row stride 0, is one)" \
+                if problem.c.strides[0] == 0 else ""
+            return ("layout", f"C is {layout_words(problem.c.layout)}{broadcast}; C must be "
+                              "row-major like D")
         if problem.c.dtype != problem.d_dtype:
             return ("output", f"C is {problem.c.dtype} but D is {problem.d_dtype}: "
                               "they must match")
-    if not cutlass_emit.candidates(problem):
+    found = cutlass_emit.candidates(problem)
+    if not found:
         return ("alignment", cutlass_emit.why_none(problem))
+    if problem.batch > MAX_2X_BATCH and not found[0].is_3x:
+        return ("batch", f"batch is {problem.batch}: the CUTLASS kernels that fit this problem "
+                         f"are 2.x ones, whose grid takes at most {MAX_2X_BATCH} batch entries")
     return None
 
 

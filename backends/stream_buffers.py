@@ -8,12 +8,17 @@ and float32 scratch for partials a launch writes before it reads them
 A kernel using counters (sums) needs them at zero when it starts and sets each one back to
 zero before it ends, so one buffer serves every later launch on the same stream (launches on
 one stream run one after another). Launches on different streams may run at once, so each
-stream gets its own buffer. A buffer is never allocated per call, and none is allocated
-while a stream is being captured into a CUDA graph where that can be helped: the first use
-on a device (not under capture: a product's first call plans it, and is never captured)
-allocates and zeroes a pool of CHUNKS chunks of CHUNK elements, synchronized once, and each
-stream met later takes the next chunks of it, as many as its launch needs, already zero, with
-no allocation or memset, so a graph captured on a new stream holds no extra node. A stream
+stream gets its own buffer. A CUDA graph holds the buffers of the stream it was captured on,
+so two graphs captured on one stream must not be replayed at once on two streams (the README
+says so). A buffer per capture would lift that, at a cost: each capture would draw its own
+chunks of the pool, and once a process had captured a few dozen graphs (a benchmark captures
+one per product timed) every later one would hold a memset node of its own. A buffer is
+never allocated per call, and none is allocated while a stream is being captured into a CUDA
+graph where that can be helped: the first use on a device (not under capture: a product's
+first call plans it, and is never captured) allocates and zeroes a pool of CHUNKS chunks of
+CHUNK elements, synchronized once, and each stream met later takes the next chunks of it, as
+many as its launch needs, already zero, with no allocation or memset, so a graph captured on
+a new stream holds no extra node. A stream
 that outgrows its share takes a larger one the same way, at least twice as large where the
 pool has that left. Only a need beyond what the pool has left gets a buffer of its own,
 zeroed on that stream (under capture: a memset node of that graph, replayed with it on every

@@ -978,7 +978,10 @@ class TritonBackend(Backend):
         block, warps = config.get("BLOCK"), config.get("num_warps")
         acc = tl.float64 if problem.acc == "float64" else tl.float32
         programs = self._dot_programs(problem, block, ops.a)
-        partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)
+        # the stream's float32 scratch (two words per float64 partial): written, then read
+        words = 2 if ops.d.dtype == torch.float64 else 1
+        partial = self._scratch.get(ops.d.device, ops.stream, words * programs)[
+            :words * programs].view(ops.d.dtype)
         first, finish = self._dot_launchers()
         x, y = ops.a, ops.b
         first((problem, config.name), (programs, 1, 1), ops.stream,

@@ -12,6 +12,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 def cache_root() -> Path:
@@ -41,6 +42,31 @@ def digest(*parts: bytes | str) -> str:
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()[:32]
+
+
+def checksum_path(path: Path) -> Path:
+    """Where the SHA-256 of a checked entry's bytes is kept (written after the entry)."""
+    return path.with_suffix(".sha256")
+
+
+def read_checked(path: Path, validate: Callable[[bytes], bool]) -> bytes | None:
+    """The bytes of an entry written by :func:`write_checked`, if ``validate(data)`` holds and
+    they match the SHA-256 beside them; an entry torn, truncated or changed in place is
+    removed with its checksum (so the caller rebuilds it) and None returned."""
+    try:
+        expected = checksum_path(path).read_text().strip()
+    except FileNotFoundError:
+        return None
+    data = read_entry(path, lambda d: validate(d) and hashlib.sha256(d).hexdigest() == expected)
+    if data is None:
+        checksum_path(path).unlink(missing_ok=True)
+    return data
+
+
+def write_checked(path: Path, data: bytes) -> None:
+    """Write an entry atomically, then its SHA-256 (:func:`read_checked` reads both)."""
+    atomic_write(path, data)
+    atomic_write(checksum_path(path), hashlib.sha256(data).hexdigest().encode())
 
 
 def atomic_write(path: Path, data: bytes) -> None:

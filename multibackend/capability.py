@@ -14,7 +14,8 @@ from .problem import Problem
 ANY_LAYOUT = ("row", "col", "strided")
 
 
-def _layout_words(layout: str) -> str:
+def layout_words(layout: str) -> str:
+    """An operand's layout in words, for reasons and errors."""
     return "strided (neither row- nor column-major)" if layout == "strided" else f"{layout}-major"
 
 
@@ -98,10 +99,10 @@ class Capability:
                                    f"{rule.dtype} (offered: {offered})")
         if problem.op == "matmul":
             if problem.a.layout not in rule.a_layouts:
-                return no("layout", f"A is {_layout_words(problem.a.layout)}; {rule.dtype} "
+                return no("layout", f"A is {layout_words(problem.a.layout)}; {rule.dtype} "
                                     f"takes A {' or '.join(rule.a_layouts)}-major")
             if problem.b.layout not in rule.b_layouts:
-                return no("layout", f"B is {_layout_words(problem.b.layout)}; {rule.dtype} "
+                return no("layout", f"B is {layout_words(problem.b.layout)}; {rule.dtype} "
                                     f"takes B {' or '.join(rule.b_layouts)}-major")
             if problem.batch > 1 and not self.batched:
                 return no("batch", "batched operands are not offered")

@@ -5,17 +5,17 @@ nvcc flags, nvcc's version, the target arch and nvidia-cutlass's version (its he
 change to any of them builds anew and an unchanged kernel is never built twice: a second
 process loads what the first built. nvcc runs
 in a private temporary directory under the cache (never the caller's working directory); the
-result is checked, then moved into place with ``os.replace`` beside a SHA-256 sidecar written
-last. A per-kernel lock file serializes two processes building the same kernel; a library
-whose bytes do not match its sidecar (truncated, torn) is deleted and rebuilt. Several kernels
-build at once in separate nvcc processes (:func:`build_many`).
+result is checked, then written into place atomically beside a SHA-256 sidecar written last
+(:func:`multibackend.cache.write_checked`). A per-kernel lock file serializes two processes
+building the same kernel; a library whose bytes do not match its sidecar (truncated, torn,
+changed in place) is deleted and rebuilt. Several kernels build at once in separate nvcc
+processes (:func:`build_many`).
 """
 from __future__ import annotations
 
 import ctypes
 import fcntl
 import functools
-import hashlib
 import os
 import shutil
 import subprocess
@@ -74,26 +74,11 @@ def library_path(key: str) -> Path:
     return cache.cache_dir("cutlass") / f"{key}.so"
 
 
-def _sidecar(path: Path) -> Path:
-    return path.with_suffix(".sha256")
-
-
 def cached_library(key: str) -> Path | None:
     """The cached library for ``key`` if it is whole; a torn or truncated one is removed."""
     path = library_path(key)
-    sidecar = _sidecar(path)
-    try:
-        expected = sidecar.read_text().strip()
-    except FileNotFoundError:
-        return None
-
-    def whole(data: bytes) -> bool:
-        return data[:4] == ELF_MAGIC and hashlib.sha256(data).hexdigest() == expected
-
-    if cache.read_entry(path, whole) is None:
-        sidecar.unlink(missing_ok=True)
-        return None
-    return path
+    found = cache.read_checked(path, lambda data: data[:4] == ELF_MAGIC)
+    return path if found is not None else None
 
 
 def _compile(source: str, arch: str, key: str, name: str) -> Path:
@@ -114,8 +99,7 @@ def _compile(source: str, arch: str, key: str, name: str) -> Path:
         if data[:4] != ELF_MAGIC:
             raise CompileError(f"nvcc wrote a file that is not ELF for CUTLASS kernel {name}")
         path = library_path(key)
-        os.replace(out, path)
-        cache.atomic_write(_sidecar(path), hashlib.sha256(data).hexdigest().encode())
+        cache.write_checked(path, data)
         cache.atomic_write(path.with_suffix(".cu"), source.encode())
         return path
     finally:

@@ -222,9 +222,9 @@ def operand_alignment(operand: Operand, batch: int) -> int:
 
 def output_alignment(problem: Problem) -> int:
     """Alignment (elements) of D, row-major contiguous (batch, M, N), and of C when it takes
-    part. D's pointer is taken as 16-byte aligned here and checked again at launch."""
+    part: what D's pointer, N and the batch stride allow (checked again at launch)."""
     size = max(1, int(dtypes.get(problem.d_dtype).itemsize))
-    align = 16 // size
+    align = max(1, min(16, problem.d_align) // size)
     while align > 1 and (problem.n % align or (problem.batch > 1 and problem.m * problem.n % align)):
         align //= 2
     if problem.has_c and problem.c is not None:

@@ -4,8 +4,9 @@ The raw WMMA backend compiles its ``.cu`` files when a kernel is first asked for
 ``cuda.bindings.nvrtc``) does it with no GPU present; where those bindings or ``libnvrtc`` are
 missing, nvcc (found by :mod:`multibackend.toolchain`) does the same job. Either way the cubin
 is stored under ``cache_dir("raw_wmma")`` keyed by the source and every header it may include,
-the options, the architecture and the compiler's version, written atomically; a later process
-loads it and compiles nothing, and an entry that is not a whole ELF file is rebuilt.
+the options, the architecture and the compiler's version, written atomically beside its
+SHA-256 (:func:`multibackend.cache.write_checked`); a later process loads it and compiles
+nothing, and an entry that is not a whole ELF file or does not match its SHA-256 is rebuilt.
 """
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def compile_cubin(source: Path, kernel: str, arch: str, defines: Sequence[str] =
     version = compiler_version()
     key = cache.digest(source.read_bytes(), *_headers(source), "\0".join(options), arch, version)
     path = cache.cache_dir(CACHE_KIND) / f"{source.stem}-{arch}-{key}.cubin"
-    if cache.read_entry(path, valid_cubin) is not None:
+    if cache.read_checked(path, valid_cubin) is not None:
         return Compiled(path, built=False)
     if version.startswith("nvrtc"):
         cubin = _compile_nvrtc(source, kernel, arch, options)
@@ -109,7 +110,7 @@ def compile_cubin(source: Path, kernel: str, arch: str, defines: Sequence[str] =
     if not valid_cubin(cubin):
         raise CompileError(f"compiling {kernel} ({source.name}) for {arch} produced "
                            f"{len(cubin)} bytes that are not a whole cubin")
-    cache.atomic_write(path, cubin)
+    cache.write_checked(path, cubin)
     return Compiled(path, built=True)
 
 

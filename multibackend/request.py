@@ -14,7 +14,7 @@ from multibackend.backends.base import Operands
 from . import dtypes
 from .arrays import Adapted, adapt, caller_stream, check_same_place, on_stream, scalar
 from .errors import InvalidArgument
-from .problem import PRECISIONS, Problem, interned, make_operand
+from .problem import PRECISIONS, Problem, interned, make_operand, pointer_alignment
 
 PACKED_PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
 MATMUL_INPUTS = tuple(d for d in dtypes.ARRAY if d != "int32")
@@ -212,7 +212,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         a=describe(ta, a.dtype, int(m), int(ka)), b=describe(tb, b.dtype, int(kb), int(n)),
         c=describe(tc, d_dtype, int(m), int(n)) if tc is not None and beta_v != 0 else None,
         d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
-        saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop))
+        saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop,
+        d_align=pointer_alignment(td.data_ptr())))
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,

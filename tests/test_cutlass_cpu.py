@@ -228,6 +228,20 @@ def test_odd_output_width_uses_a_non_tma_epilogue():
     assert configs and all(c.get("epilogue") == "nosmem" for c in configs)
 
 
+def test_an_out_off_the_16_byte_grid_gets_kernels_that_store_it():
+    import torch
+
+    from multibackend.request import matmul_call
+
+    x, w = torch.ones(128, 64).half(), torch.ones(64, 128).half()
+    out = torch.empty(128 * 128 + 1).half()[1:].view(128, 128)  # 2 bytes past the grid
+    problem = matmul_call(x, w, out=out).problem
+    assert problem.d_align == 2 and matmul_call(x, w).problem.d_align >= 16
+    assert cutlass_emit.output_alignment(problem) == 1
+    configs = BACKEND.configs(problem)
+    assert configs and all(c.get("epilogue") == "nosmem" for c in configs)
+
+
 @pytest.mark.parametrize("kwargs, rule, words", [
     ({"dtype": "int4", "a_layout": "row", "b_layout": "col"}, "dtype", "16864_TN"),
     ({"dtype": "bit", "a_layout": "row", "b_layout": "col"}, "dtype", "168256"),
@@ -246,6 +260,26 @@ def test_rejections_name_the_rule(kwargs, rule, words):
     reason = BACKEND.supports(synthetic(64, 64, k, **kwargs))
     assert reason is not None and reason.rule == rule and reason.backend == "cutlass"
     assert words in reason.message
+
+
+def test_batches_past_the_2x_grid_are_refused_where_only_2x_kernels_fit():
+    limit = backend_module.MAX_2X_BATCH
+    assert BACKEND.supports(synthetic(8, 8, 8, "float64", batch=limit)) is None
+    reason = BACKEND.supports(synthetic(8, 8, 8, "float64", batch=limit + 1))
+    assert reason.rule == "batch" and f"batch is {limit + 1}" in reason.message
+    assert BACKEND.supports(synthetic(64, 64, 64, "float16", batch=limit + 1)) is None  # 3.x
+
+
+def test_a_bias_broadcast_over_the_rows_is_refused_saying_so():
+    import torch
+
+    from multibackend.request import matmul_call
+
+    x, w = torch.ones(64, 64).half(), torch.ones(64, 64).half()
+    problem = matmul_call(x, w.mT, torch.ones(64).half().expand(64, 64), beta=1.0).problem
+    reason = BACKEND.supports(problem)
+    assert reason.rule == "layout" and "C is strided (neither" in reason.message
+    assert "row stride 0" in reason.message
 
 
 def test_strided_operands_are_rejected_or_staged():

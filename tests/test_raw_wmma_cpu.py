@@ -612,6 +612,13 @@ def test_corrupt_cache_entry_is_rebuilt(cache_dir):
     path.write_bytes(data[: len(data) // 2])
     again = _compile()
     assert again.built and again.path.read_bytes() == data
+    # changed in place, its header and sections still whole: the checksum tells
+    changed = bytearray(data)
+    changed[-9] ^= 0xFF
+    path.write_bytes(bytes(changed))
+    assert nvrtc.valid_cubin(bytes(changed))
+    again = _compile()
+    assert again.built and again.path.read_bytes() == data
 
 
 def test_valid_cubin_rejects_torn_files():

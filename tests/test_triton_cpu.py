@@ -154,11 +154,18 @@ def test_interpreter_detects_a_wrong_result():
 @interpreter_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_interpreter_dot(dtype):
+    from multibackend.registry import REGISTRY
+
     gen = torch.Generator().manual_seed(11)
     for n in (1, 7, 4096, 4097, 20000):
         x, y = _rand((n,), getattr(torch, dtype), gen), _rand((n,), getattr(torch, dtype), gen)
         cmp = _run_and_compare(dot_call(x, y))
         assert cmp.ok, f"n={n}: {cmp.detail}"
+    # the partials go into the stream's kept scratch: a repeated call allocates none
+    held = {key: t.data_ptr() for key, t in REGISTRY.get("triton")._scratch._given.items()}
+    assert held and _run_and_compare(dot_call(x, y)).ok
+    assert held == {key: t.data_ptr()
+                    for key, t in REGISTRY.get("triton")._scratch._given.items()}
 
 
 @interpreter_only
