@@ -199,6 +199,16 @@ def test_pointer_gemm_compiles_to_wgmma_for_sm90(dtype):
     assert info["target"] and info["wgmma"] > 0 and info["mma_sync"] == 0, info
 
 
+def test_float32_precision_modes_reach_the_tensor_cores_as_asked():
+    """float32 operands as the backend launches them: "ieee" on no tensor core (the
+    interpreter ignores the mode, so only the compiled kernel tells), "tf32" on tf32 wgmma,
+    "tf32x3" on three times as many (the split operands' three products)."""
+    ieee, tf32, tf32x3 = (_aot("float32", mode) for mode in ("ieee", "tf32", "tf32x3"))
+    assert ieee["wgmma"] == 0 and ieee["mma_sync"] == 0, ieee
+    assert tf32["wgmma_tf32"] > 0 and tf32["wgmma_tf32"] == tf32["wgmma"], tf32
+    assert tf32x3["wgmma_tf32"] == 3 * tf32["wgmma_tf32"], (tf32, tf32x3)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_tma_persistent_gemm_uses_wgmma_and_tma(dtype):
     info = _aot("tma", dtype)

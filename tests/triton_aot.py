@@ -4,6 +4,7 @@ the rest of the CPU tier uses must not be set when kernels are compiled for real
 
     python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot}
         {float16|bfloat16}
+    python tests/triton_aot.py float32 {ieee|tf32|tf32x3}
 """
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from multibackend.backends import triton_kernels as kernels
-from multibackend.backends.triton import TMA_TILES, d_by_tma
+from multibackend.backends.base import Config
+from multibackend.backends.triton import TMA_TILES, _tile_constexprs, d_by_tma
+from multibackend.problem import synthetic
 
 TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -27,8 +30,10 @@ def _signature(names_types, constexprs):
     return sig
 
 
-def compile_pointer(dtype: str):
-    t = f"*{TYPES[dtype]}"
+def compile_pointer(dtype: str, precision: str = "ieee"):
+    """The pointer kernel for 16-bit operands, or for float32 ones (``dtype`` "float32") with
+    the precision mode's constants as the backend sets them for a launch."""
+    t = "*fp32" if dtype == "float32" else f"*{TYPES[dtype]}"
     args = [("a_ptr", t), ("b_ptr", t), ("c_ptr", t), ("d_ptr", t), ("M", "i32"), ("N", "i32"),
             ("K", "i32"), ("stride_ab", "i32"), ("stride_am", "i32"), ("stride_bb", "i32"),
             ("stride_bk", "i32"), ("stride_cb", "i32"), ("stride_cm", "i32"),
@@ -37,6 +42,12 @@ def compile_pointer(dtype: str):
     consts = dict(stride_ak=1, stride_bn=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                   GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=True,
                   UPCAST=False, SCALE=False, D_UNIT=1)
+    if dtype == "float32":
+        problem = synthetic(256, 256, 256, "float32", precision=precision)
+        tile = Config.of("f32", BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
+        launch = _tile_constexprs(problem, tile)
+        consts.update(BLOCK_N=128, BLOCK_K=32, ACC=launch["ACC"],
+                      INPUT_PRECISION=launch["INPUT_PRECISION"])
     src = triton.compiler.ASTSource(fn=kernels.matmul_kernel,
                                     signature=_signature(args, consts), constexprs=consts)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -98,6 +109,7 @@ def main() -> None:
         print(json.dumps(tma_tiles_shared(dtype)))
         return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
+                "float32": lambda precision: compile_pointer("float32", precision),
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
                 "tma_c_n8_plain": lambda d: compile_tma(d, False, TMA_TILES[2], True, 1),
@@ -106,6 +118,7 @@ def main() -> None:
     print(json.dumps({
         "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
         "wgmma": ptx.count("wgmma.mma_async"),
+        "wgmma_tf32": ptx.count(".tf32.tf32"),
         "mma_sync": ptx.count("mma.sync"),
         "tma_load": ptx.count("cp.async.bulk.tensor.2d.shared"),
         "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
