@@ -522,8 +522,12 @@ class CutlassBackend(Backend):
                                        candidate.name)
             library = self._libraries[candidate] = cutlass_build.load(path)
         size = int(dtypes.get(problem.d_dtype).itemsize)
-        d_align = 16 if candidate.is_3x and config.get("epilogue") == "tma" else \
-            candidate.operation.D.alignment * size
+        # the 3.x TMA epilogue stores D through the TMA unit (16 bytes); the 3.x no-smem one
+        # stores any D (run on an H200: rows 258 bytes apart, a D 2 bytes past the grid)
+        if candidate.is_3x:
+            d_align = 16 if config.get("epilogue") == "tma" else size
+        else:
+            d_align = candidate.operation.D.alignment * size
         prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
                              _settings(problem, config), candidate.integer_epilogue, d_align,
                              problem.has_c and problem.c is not None, problem.device)
@@ -570,9 +574,9 @@ class CutlassBackend(Backend):
                                   "and beta must be integers")
         d = operands.d.data_ptr()
         if d & prepared.d_align_mask:
-            raise InvalidArgument(f"operands.d pointer {d:#x} is not "
-                                  f"{prepared.d_align_mask + 1}-byte aligned, as the CUTLASS "
-                                  "kernel's epilogue needs")
+            raise InvalidArgument(f"out (D) starts at {d:#x}, not on a "
+                                  f"{prepared.d_align_mask + 1}-byte boundary, as CUTLASS "
+                                  f"kernel {prepared.library.kernel_name}'s epilogue needs")
         if prepared.has_c:
             c = operands.c.data_ptr()
         else:

@@ -407,8 +407,15 @@ def _tile_constexprs(problem: Problem, config: Config) -> dict[str, Any]:
                                                      "float8_e5m2")
     return dict(BLOCK_M=config.get("BLOCK_M"), BLOCK_N=config.get("BLOCK_N"), BLOCK_K=bk,
                 ACC=acc, INPUT_PRECISION=precision, EVEN_K=problem.k % bk == 0,
-                UPCAST=upcast, num_warps=config.get("num_warps"),
+                UPCAST=upcast, WIDE_K=wide_k(problem, bk), num_warps=config.get("num_warps"),
                 num_stages=config.get("num_stages"))
+
+
+def wide_k(problem: Problem, block_k: int) -> bool:
+    """Whether a BLOCK_K-wide step of K spans 2^31 elements or more of A or B (the pointer
+    kernels then take K offsets in 64 bits: see :mod:`.triton_kernels`)."""
+    stride_ak, stride_bk = problem.a.strides[1], problem.b.strides[0]
+    return block_k * max(abs(stride_ak), abs(stride_bk)) >= 2 ** 31
 
 
 def _matrix(t: Any) -> Any:

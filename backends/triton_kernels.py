@@ -8,7 +8,11 @@ GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M til
 time, for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and
 column-major A and B run without copies. Rows and columns past M and N are read wrapped
 (index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
-unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly.
+unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly;
+offsets along K are 64-bit where a step of K spans 2^31 elements or more (WIDE_K), 32-bit
+elsewhere: the two compile differently, and on an H200 (graph mode, A column-major) 64-bit
+ones everywhere ran 8x4096x4096 in 64x64x64 tiles 25% slower and bf16 1000^3 in 128x128x64
+tiles 2.4x faster, a change of every measured figure this project keeps them out of.
 The accumulator is float32, float16, float64 or int32 (ACC); D is written
 masked, once.
 
@@ -52,12 +56,15 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 @triton.jit
 def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
                    stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
-                   BLOCK_K: tl.constexpr):
+                   BLOCK_K: tl.constexpr, WIDE_K: tl.constexpr):
     """Pointers to the first BLOCK_K-wide step of A's rows ``offs_m`` and B's columns
-    ``offs_n`` (read wrapped past M and N, so always in bounds)."""
+    ``offs_n`` (read wrapped past M and N, so always in bounds); K offsets in 64 bits where
+    WIDE_K (a step of K spans 2^31 elements or more)."""
     rows = (offs_m % M).to(tl.int64)
     cols = (offs_n % N).to(tl.int64)
-    offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+    offs_k = tl.arange(0, BLOCK_K)
+    if WIDE_K:
+        offs_k = offs_k.to(tl.int64)
     a_ptrs = (a_ptr + batch * stride_ab + rows[:, None] * stride_am
               + offs_k[None, :] * stride_ak)
     b_ptrs = (b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk
@@ -69,11 +76,17 @@ def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
 def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-              UPCAST: tl.constexpr):
+              UPCAST: tl.constexpr, WIDE_K: tl.constexpr):
     """The BLOCK_M x BLOCK_N product over ``steps`` BLOCK_K-wide steps of K from the
     pointers given, accumulated in ACC; elements ``k_left`` or more along K from the first
-    read as zeros unless EVEN_K."""
+    read as zeros unless EVEN_K. Steps in 64 bits where WIDE_K."""
     offs_k = tl.arange(0, BLOCK_K)
+    if WIDE_K:
+        a_step = BLOCK_K * tl.cast(stride_ak, tl.int64)
+        b_step = BLOCK_K * tl.cast(stride_bk, tl.int64)
+    else:
+        a_step = BLOCK_K * stride_ak
+        b_step = BLOCK_K * stride_bk
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for kt in range(0, steps):
         if EVEN_K:
@@ -87,8 +100,8 @@ def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
-        a_ptrs += BLOCK_K * tl.cast(stride_ak, tl.int64)  # 64-bit: a step may pass 2^31
-        b_ptrs += BLOCK_K * tl.cast(stride_bk, tl.int64)
+        a_ptrs += a_step
+        b_ptrs += b_step
     return acc
 
 
@@ -142,7 +155,7 @@ def matmul_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     HAS_C: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
-    SCALE: tl.constexpr, D_UNIT: tl.constexpr,
+    SCALE: tl.constexpr, D_UNIT: tl.constexpr, WIDE_K: tl.constexpr,
 ):
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
@@ -151,9 +164,9 @@ def matmul_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
                                     stride_ab, stride_am, stride_ak,
-                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K, WIDE_K)
     acc = _tile_dot(a_ptrs, b_ptrs, K, tl.cdiv(K, BLOCK_K), stride_ak, stride_bk,
-                    BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION, EVEN_K, UPCAST)
+                    BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K)
     _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
               stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn, alpha, beta,
               ACC, HAS_C, SCALE, D_UNIT)
@@ -164,7 +177,7 @@ def _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
                stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-               EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+               EVEN_K: tl.constexpr, UPCAST: tl.constexpr, WIDE_K: tl.constexpr):
     """(partial tile, its rows, its columns) of a split-K program: output tile ``pid``
     multiplied over K in [part * K_SLICE, (part + 1) * K_SLICE) (K_SLICE a multiple of
     BLOCK_K; the last slice ends at K, ragged where K is), with the pointer kernel's loads,
@@ -174,14 +187,14 @@ def _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     a_ptrs, b_ptrs = _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
                                     stride_ab, stride_am, stride_ak,
-                                    stride_bb, stride_bk, stride_bn, BLOCK_K)
+                                    stride_bb, stride_bk, stride_bn, BLOCK_K, WIDE_K)
     k_start = part * K_SLICE
     a_ptrs += k_start.to(tl.int64) * stride_ak
     b_ptrs += k_start.to(tl.int64) * stride_bk
     k_left = K - k_start
     acc = _tile_dot(a_ptrs, b_ptrs, k_left, tl.cdiv(min(K_SLICE, k_left), BLOCK_K),
                     stride_ak, stride_bk, BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION,
-                    EVEN_K, UPCAST)
+                    EVEN_K, UPCAST, WIDE_K)
     return acc, offs_m, offs_n
 
 
@@ -192,7 +205,7 @@ def matmul_splitk_kernel(
     stride_bb, stride_bk, stride_bn,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-    EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
+    EVEN_K: tl.constexpr, UPCAST: tl.constexpr, WIDE_K: tl.constexpr,
 ):
     """The first pass of a split-K GEMM. Grid: (output tiles, slices of K, batch). Program
     (tile, s, b) multiplies A and B over K in [s * K_SLICE, (s + 1) * K_SLICE) (K_SLICE is a
@@ -207,7 +220,7 @@ def matmul_splitk_kernel(
                                      stride_ab, stride_am, stride_ak,
                                      stride_bb, stride_bk, stride_bn,
                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
-                                     INPUT_PRECISION, EVEN_K, UPCAST)
+                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     plane = (batch * tl.num_programs(1) + part) * M
     w_ptrs = w_ptr + (plane + offs_m[:, None]) * N + offs_n[None, :]
@@ -314,7 +327,7 @@ def matmul_splitk_fused_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     EVEN_K: tl.constexpr, UPCAST: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
-    D_UNIT: tl.constexpr,
+    D_UNIT: tl.constexpr, WIDE_K: tl.constexpr,
 ):
     """Split-K in one kernel. Grid: (output tiles, slices of K, batch). Program (tile, s, b)
     multiplies its slice of K as :func:`matmul_splitk_kernel` does; the last program of each
@@ -326,7 +339,7 @@ def matmul_splitk_fused_kernel(
                                      stride_ab, stride_am, stride_ak,
                                      stride_bb, stride_bk, stride_bn,
                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
-                                     INPUT_PRECISION, EVEN_K, UPCAST)
+                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K)
     _last_slice_stores(acc, w_ptr, count_ptr, batch * tl.num_programs(0) + pid, part,
                        tl.num_programs(1), c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
                        stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn,

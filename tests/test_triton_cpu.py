@@ -83,6 +83,18 @@ def test_interpreter_k_steps_past_2_31_elements():
     assert cmp.ok, cmp.detail
 
 
+def test_k_offsets_go_64_bit_exactly_where_a_step_spans_2_31_elements():
+    from multibackend.backends.triton import wide_k
+    from multibackend.problem import synthetic
+
+    rows = synthetic(8, 8, 64, b_layout="col")  # B's K is contiguous: stride 1 along K
+    assert not wide_k(rows, 64)
+    a_col = synthetic(1 << 25, 8, 64, a_layout="col")  # A's K steps 2^25 elements apart
+    assert wide_k(a_col, 64) and not wide_k(a_col, 32)
+    b_row = synthetic(8, (1 << 25) - 8, 64)  # B's K steps 2^25 - 8 elements apart
+    assert not wide_k(b_row, 64) and wide_k(b_row, 128)
+
+
 @interpreter_only
 def test_interpreter_batched_broadcast_epilogue():
     gen = torch.Generator().manual_seed(8)

@@ -942,7 +942,8 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     e = TYPES[dtype]
     t = f"*{e}"
     tile = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
-    pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False)
+    pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False,
+                   WIDE_K=False)
     if kind.startswith("tma"):
         from multibackend.backends.triton import width_blocks
 

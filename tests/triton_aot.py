@@ -41,7 +41,7 @@ def compile_pointer(dtype: str, precision: str = "ieee"):
             ("alpha", "fp32"), ("beta", "fp32")]
     consts = dict(stride_ak=1, stride_bn=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                   GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=True,
-                  UPCAST=False, SCALE=False, D_UNIT=1)
+                  UPCAST=False, SCALE=False, D_UNIT=1, WIDE_K=False)
     if dtype == "float32":
         problem = synthetic(256, 256, 256, "float32", precision=precision)
         tile = Config.of("f32", BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
