@@ -20,8 +20,9 @@ the call the caller would make itself — torch's op for a torch caller, ``cupy.
 CuPy caller (for matrices, the ``cublasGemmEx`` it ends in, made directly:
 :mod:`.cublas_cupy`) — making D as that call does, with nothing in between.
 
-This backend is never chosen by the ranked heuristic's search for a faster kernel: it is what
-``auto`` falls back to, and the tuning table may pick it where it is the fastest.
+This backend is ``auto``'s baseline: it runs a problem unless a tuning table, first-call
+autotuning or the calibrated rule names a backend measured faster there
+(:mod:`multibackend.dispatch`).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from multibackend.backends import cublas_cupy
 from multibackend.backends.base import Backend, Config, Operands
 from multibackend.capability import Capability, DtypeRule, Reason
 from multibackend.problem import Problem
+from multibackend.request import batched
 
 #: the input dtypes torch.mm and friends serve with D of the input's dtype
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -83,13 +85,6 @@ def _tf32(allowed: bool):
         yield
     finally:
         torch._C._set_cublas_allow_tf32(before)
-
-
-def _as_batch(t: Any, batch: int) -> Any:
-    """A 3-D (batch, rows, cols) view of a 2-D or 3-D operand (broadcast, no copy)."""
-    if t.dim() == 2:
-        t = t.unsqueeze(0)
-    return t if t.shape[0] == batch else t.expand(batch, *t.shape[1:])
 
 
 class CublasBackend(Backend):
@@ -154,10 +149,10 @@ class CublasBackend(Backend):
                 torch.mm(a, b, out=d)
             return
         batch = problem.batch
-        a3, b3 = _as_batch(a, batch), _as_batch(b, batch)
+        a3, b3 = batched(a, batch), batched(b, batch)
         d3 = d if d.dim() == 3 else d.unsqueeze(0)
         if c is not None:
-            torch.baddbmm(_as_batch(c, batch), a3, b3, beta=beta, alpha=alpha, out=d3)
+            torch.baddbmm(batched(c, batch), a3, b3, beta=beta, alpha=alpha, out=d3)
         elif alpha != 1:
             torch.baddbmm(d3, a3, b3, beta=0, alpha=alpha, out=d3)
         else:  # a broadcast operand goes as one matrix: torch folds the batch into M
@@ -170,7 +165,7 @@ class CublasBackend(Backend):
         import torch
 
         batch = problem.batch
-        a, b = _as_batch(ops.a, batch), _as_batch(ops.b, batch)
+        a, b = batched(ops.a, batch), batched(ops.b, batch)
         d = ops.d if ops.d.dim() == 3 else ops.d.unsqueeze(0)
         if problem.in_dtype == "int8":
             for i in range(batch):
@@ -182,7 +177,7 @@ class CublasBackend(Backend):
         if ops.alpha != 1:
             d.mul_(ops.alpha)
         if problem.has_c:
-            d.add_(_as_batch(ops.c, batch), alpha=ops.beta)
+            d.add_(batched(ops.c, batch), alpha=ops.beta)
 
     def produce(self, problem: Problem, config: Config, alpha: float | int, beta: float | int,
                 kind: str = "torch", matrices: bool = True

@@ -33,11 +33,11 @@ from typing import Any, Callable
 from multibackend.backends.base import Config
 
 from . import cache, environment
+from .dispatch import BASELINE
 from .errors import InvalidArgument, UnsupportedProblem
 from .problem import Problem
 
 ENV_AUTOTUNE = "MULTIBACKEND_AUTOTUNE"
-BASELINE = "cublas"
 #: the smallest lead over cuBLAS that counts, whatever the measured spread, by timing mode:
 #: in eager mode a host-bound call moves by 2-4% between runs even where the kernel and the
 #: path are cuBLAS's both times (validation runs on an H100 and an H200), so a smaller lead

@@ -18,6 +18,8 @@ packed length times the elements per byte.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from .errors import InvalidArgument, InvalidType
 
 PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
@@ -46,7 +48,7 @@ def _pad_last(t, multiple: int):
     return t
 
 
-def pack_int4(values, dim: int = -1, *, signed: bool = True):
+def pack_int4(values: Any, dim: int = -1, *, signed: bool = True) -> Any:
     """Pack 4-bit integers along ``dim`` two to a byte (uint8 result; see the module doc for the
     nibble order). ``values`` holds integers in -8..7 (``signed``) or 0..15."""
     torch = _torch()
@@ -63,7 +65,8 @@ def pack_int4(values, dim: int = -1, *, signed: bool = True):
     return packed.movedim(-1, dim).contiguous()
 
 
-def unpack_int4(packed, dim: int = -1, *, signed: bool = True, length: int | None = None):
+def unpack_int4(packed: Any, dim: int = -1, *, signed: bool = True,
+                length: int | None = None) -> Any:
     """The int8 elements of a :func:`pack_int4` result along ``dim`` (``length`` of them; all
     by default)."""
     torch = _torch()
@@ -81,7 +84,7 @@ def unpack_int4(packed, dim: int = -1, *, signed: bool = True, length: int | Non
     return out.to(torch.int8).movedim(-1, dim).contiguous()
 
 
-def pack_bits(values, dim: int = -1):
+def pack_bits(values: Any, dim: int = -1) -> Any:
     """Pack 0/1 (or bool) elements along ``dim`` eight to a byte, element ``k`` at bit ``k % 8``
     of byte ``k // 8`` (uint8 result)."""
     torch = _torch()
@@ -101,7 +104,7 @@ def pack_bits(values, dim: int = -1):
     return packed.movedim(-1, dim).contiguous()
 
 
-def unpack_bits(packed, dim: int = -1, *, length: int | None = None):
+def unpack_bits(packed: Any, dim: int = -1, *, length: int | None = None) -> Any:
     """The 0/1 elements (uint8) of a :func:`pack_bits` result along ``dim``."""
     torch = _torch()
     _check_tensor("packed", packed)
@@ -123,7 +126,7 @@ def _unpack(kind: str, packed, dim: int):
     return unpack_int4(packed, dim, signed=(kind == "int4"))
 
 
-def reference_packed(problem, a_packed, b_packed):
+def reference_packed(problem: Any, a_packed: Any, b_packed: Any) -> Any:
     """The exact product of packed operands as an int64 tensor (batch, M, N).
 
     ``a_packed`` is (batch, M, K/per) or (M, K/per), ``b_packed`` (batch, K/per, N) or

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 
 from . import dtypes
+from .packing import PER_BYTE
 
 PRECISIONS = ("ieee", "tf32", "tf32x3")
 
@@ -244,8 +245,8 @@ def synthetic(m: int, n: int, k: int, dtype: str = "float16", *, batch: int = 1,
     """A Problem described by numbers alone (no arrays): for capability tables, tuning
     plans, benchmarks and tests that reason about support without a GPU."""
     dtype = dtypes.canonical(dtype)
-    store = {"int4": "uint8", "uint4": "uint8", "bit": "uint8"}.get(dtype, dtype)
-    per_byte = {"int4": 2, "uint4": 2, "bit": 8}.get(dtype, 1)
+    per_byte = PER_BYTE.get(dtype, 1)
+    store = "uint8" if per_byte > 1 else dtype
     packed = dtype if per_byte > 1 else None
 
     def operand(rows: int, cols: int, layout: str, packed_dim: int) -> Operand:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from . import dtypes
 from .problem import Problem
@@ -86,7 +87,8 @@ def _torch():
     return torch
 
 
-def reference_matmul(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
+def reference_matmul(a: Any, b: Any, c: Any = None, alpha: float = 1.0,
+                     beta: float = 0.0) -> Any:
     """``alpha * A @ B + beta * C`` in float64 for (batch, rows, cols) torch tensors; returns
     an array of the operands' array module (CuPy on the GPU, NumPy on the host)."""
     xp, a64 = _xp(a)
@@ -100,7 +102,7 @@ def reference_matmul(a, b, c=None, alpha: float = 1.0, beta: float = 0.0):
     return out
 
 
-def reference_dot(x, y):
+def reference_dot(x: Any, y: Any) -> Any:
     """``x . y`` in float64 for 1-D torch tensors, with its scale: a 2-element array
     ``[x . y, sum |x_i y_i|]``. A dot's rounding error is relative to the scale, not to the
     result, which cancellation can make arbitrarily small."""

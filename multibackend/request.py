@@ -14,9 +14,9 @@ from multibackend.backends.base import Operands
 from . import dtypes
 from .arrays import Adapted, adapt, caller_stream, check_same_place, on_stream, scalar
 from .errors import InvalidArgument
+from .packing import PER_BYTE
 from .problem import PRECISIONS, Problem, interned, make_operand, pointer_alignment
 
-PACKED_PER_BYTE = {"int4": 2, "uint4": 2, "bit": 8}
 MATMUL_INPUTS = tuple(d for d in dtypes.ARRAY if d != "int32")
 DOT_INPUTS = ("float16", "bfloat16", "float32", "float64")
 
@@ -122,7 +122,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: A and B must have "
                               "the same dtype")
     in_dtype = packed or a.dtype
-    per = PACKED_PER_BYTE.get(packed, 1)
+    per = PER_BYTE.get(packed, 1)
     m, ka = a.tensor.shape[-2:]
     kb, n = b.tensor.shape[-2:]
     if ka != kb:

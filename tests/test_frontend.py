@@ -2,6 +2,7 @@
 and the command line. Runs without a GPU (NumPy/torch-CPU operands, Triton's interpreter)."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -52,7 +53,7 @@ def test_layout_classification_and_alignment_rules():
 
 def test_problem_is_frozen_and_keyed():
     p = synthetic(128, 256, 64, "bfloat16", b_layout="col")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         p.m = 3
     assert p.key == "matmul:bfloat16->bfloat16:rc:b1:m128:n256:k64"
     assert synthetic(8, 8, 8, "float32").precision == "ieee"
@@ -404,7 +405,7 @@ def test_batch_of_one_is_broadcast_like_a_matrix():
 
 def test_review_edge_cases_of_scalars_strides_and_aliasing():
     ones = torch.ones((4, 4))
-    mb.matmul(ones, ones, alpha=1)
+    assert torch.equal(mb.matmul(ones, ones, alpha=1), torch.full((4, 4), 4.0))  # int alpha
     with pytest.raises(InvalidType, match="alpha is True"):
         mb.matmul(ones, ones, alpha=True)
     with pytest.raises(InvalidArgument, match="finite integer alpha"):
