@@ -224,7 +224,7 @@ def output_alignment(problem: Problem) -> int:
     """Alignment (elements) of D, row-major contiguous (batch, M, N), and of C when it takes
     part: what D's pointer, N and the batch stride allow (checked again at launch)."""
     size = max(1, int(dtypes.get(problem.d_dtype).itemsize))
-    align = max(1, min(16, problem.d_align) // size)
+    align = max(1, problem.d_align // size)
     while align > 1 and (problem.n % align or (problem.batch > 1 and problem.m * problem.n % align)):
         align //= 2
     if problem.has_c and problem.c is not None:

@@ -63,8 +63,8 @@ class Problem:
     ``precision`` the float32 mode ("ieee", "tf32", "tf32x3"; None for other dtypes), ``has_c``
     whether C takes part (beta != 0), ``saturate`` whether float results saturate to the
     finite range (WMMA's satf). ``cc`` is (major, minor) of the device, None on a host-only run.
-    D is row-major and contiguous; ``d_align`` is its pointer's alignment (below 256 only for
-    an ``out`` that starts off the allocator's grid).
+    D is row-major and contiguous; ``d_align`` is its pointer's alignment up to 16 bytes (what
+    a kernel's stores may need; below 16 only for an ``out`` that starts off that grid).
     """
 
     op: str
@@ -84,7 +84,7 @@ class Problem:
     cc: tuple[int, int] | None = None
     packed: str | None = None  # "int4", "uint4" or "bit" for sub-byte packed operands
     bitop: str | None = None  # "xor" or "and" for binary (b1) matmul
-    d_align: int = 256  # the largest power of two, up to 256, dividing D's pointer in bytes
+    d_align: int = 16  # the largest power of two, up to 16, dividing D's pointer in bytes
     extra: tuple = field(default=())
 
     @property

@@ -213,7 +213,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         c=describe(tc, d_dtype, int(m), int(n)) if tc is not None and beta_v != 0 else None,
         d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
         saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop,
-        d_align=pointer_alignment(td.data_ptr())))
+        d_align=min(16, pointer_alignment(td.data_ptr()))))
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
