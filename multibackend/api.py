@@ -124,7 +124,22 @@ def matmul(A: Any, B: Any, C: Any = None, *, backend: Any = "auto", autotune: An
         done = _ARRAYS[1](A, B, C, backend, autotune, options)
         if done is not _MISS:
             return done
-    return _matmul(A, B, C, backend=backend, autotune=autotune, **options)
+    try:
+        return _matmul(A, B, C, backend=backend, autotune=autotune, **options)
+    except TypeError:
+        _check_keywords("matmul", options, _matmul)
+        raise
+
+
+def _check_keywords(op: str, given: dict, spelled_out: Any) -> None:
+    """Raise the TypeError Python would for a keyword ``op`` does not take, under ``op``'s own
+    name (``spelled_out`` is the function its keywords go to), listing the ones it takes."""
+    taken = [name for name, p in inspect.signature(spelled_out).parameters.items()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    unknown = sorted(set(given) - set(taken))
+    if unknown:
+        raise TypeError(f"{op}() got an unexpected keyword argument {unknown[0]!r} (it takes "
+                        f"{', '.join(taken)})") from None
 
 
 def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
@@ -400,7 +415,11 @@ def dot(x: Any, y: Any, *, backend: Any = "auto", autotune: Any = None, **option
         done = _ARRAYS[2](x, y, backend, autotune, options)
         if done is not _MISS:
             return done
-    return _dot(x, y, backend=backend, autotune=autotune, **options)
+    try:
+        return _dot(x, y, backend=backend, autotune=autotune, **options)
+    except TypeError:
+        _check_keywords("dot", options, _dot)
+        raise
 
 
 def _dot(x: Any, y: Any, *, acc_dtype: Any = None, backend: str | None = "auto",

@@ -231,6 +231,16 @@ def test_explain_takes_matmuls_keywords_and_refuses_what_dot_does_not_take():
         assert (empty.backend, empty.rule) == (None, "trivial") and "without a kernel" in str(empty)
 
 
+def test_an_unknown_keyword_is_named_under_the_public_name():
+    with pytest.raises(TypeError, match=r"matmul\(\) got an unexpected keyword argument "
+                                        r"'outdtype' \(it takes alpha, beta, out, out_dtype"):
+        mb.matmul(f16(8, 4), f16(4, 8), outdtype="float32")
+    with pytest.raises(TypeError, match=r"dot\(\) got an unexpected keyword argument 'alpha'"):
+        mb.dot(f16(8), f16(8), alpha=2.0)
+    with pytest.raises(InvalidType, match="A is a list"):  # other TypeErrors pass unchanged
+        mb.matmul([[1.0]], f16(1, 1), alpha=1.0)
+
+
 @pytest.mark.parametrize("kwargs,pattern", [
     ({"out_dtype": "int4"}, "out_dtype is 'int4': D must be an array dtype"),
     ({"out_dtype": "bit"}, "out_dtype is 'bit': D must be an array dtype"),
