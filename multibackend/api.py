@@ -29,7 +29,7 @@ from .dispatch import BASELINE, Decision, decide, shape_free, verdict
 from .errors import CaptureError, InvalidArgument, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY
-from .request import Call, call_for, dot_call, matmul_call
+from .request import Call, dot_call, matmul_call
 
 BITOPS = ("xor", "and")
 
