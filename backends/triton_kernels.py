@@ -9,10 +9,10 @@ time, for L2 reuse), the batch on the grid's second axis. Loads use any strides,
 column-major A and B run without copies. Rows and columns past M and N are read wrapped
 (index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
 unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly;
-offsets along K are 64-bit where a step of K spans 2^31 elements or more (WIDE_K), 32-bit
-elsewhere: the two compile differently, and on an H200 (graph mode, A column-major) 64-bit
-ones everywhere ran 8x4096x4096 in 64x64x64 tiles 25% slower and bf16 1000^3 in 128x128x64
-tiles 2.4x faster, a change of every measured figure this project keeps them out of.
+offsets along K are 64-bit only where a step of K spans 2^31 elements or more (WIDE_K).
+The two compile differently: on an H200 (graph mode, A column-major) 64-bit offsets
+everywhere ran 8x4096x4096 in 64x64x64 tiles 25% slower and bf16 1000^3 in 128x128x64 tiles
+2.4x faster, so every other launch keeps the 32-bit code its figures were measured with.
 The accumulator is float32, float16, float64 or int32 (ACC); D is written
 masked, once.
 
