@@ -205,12 +205,6 @@ def finalists(first_ms: dict[int, tuple[str, float]]) -> list[int]:
     return sorted(chosen | set(best_of.values()))
 
 
-def _wrong(cmp) -> str:
-    if cmp.rel_err == cmp.rel_err:  # not NaN
-        return f"wrong: rel err {cmp.rel_err:.3g} > bound {cmp.bound:.3g}"
-    return f"wrong: {cmp.detail}"
-
-
 def _poisoned_out(call: Call) -> Any:
     """A poisoned ``out`` of the call's result shape, so an unwritten element fails."""
     d = call.operands.d
@@ -243,7 +237,7 @@ def evaluate(timed: Callable[..., object], call: Call, ref: Any, timer: Timer
         for result in (timed(out=_poisoned_out(call)), timed()):
             cmp = reference.compare(call.problem, result, ref)
             if not cmp.ok:
-                return None, _wrong(cmp)
+                return None, f"wrong: {cmp.detail}"
         return float(timer({None: timed})[None].median_ms), None
     except Exception as exc:
         return None, _raised(exc)
