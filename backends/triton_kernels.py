@@ -6,7 +6,9 @@ caller (or the test suite) before then takes effect: the interpreter decides at 
 
 GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M tile-rows at a
 time, for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and
-column-major A and B run without copies. Rows and columns past M and N are read wrapped
+column-major A and B run without copies; where a 16-bit operand's extents and strides come in
+8s that Triton cannot see (1000), the launch tells the kernel (A_UNIT, B_UNIT:
+:func:`_operand_units`) and its loads move 16 bytes, not one element. Rows and columns past M and N are read wrapped
 (index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
 unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly;
 offsets along K are 64-bit only where a step of K spans 2^31 elements or more (WIDE_K).
@@ -51,6 +53,47 @@ def _tile_of(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
     first_m = group * GROUP_M
     group_size = min(grid_m - first_m, GROUP_M)
     return first_m + ((pid % per_group) % group_size), (pid % per_group) // group_size
+
+
+@triton.jit
+def _whole(x, UNIT: tl.constexpr):
+    """``x``, a multiple of UNIT, written as one so that the compiler sees it (the value is
+    unchanged): Triton's specialization shows only divisibility by 16."""
+    if UNIT > 1:
+        x = x // UNIT * UNIT
+    return x
+
+
+@triton.jit
+def _operand_units(M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+                   A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr,
+                   B_COL: tl.constexpr):
+    """M, N, K and A's and B's strides with what the caller knows of them shown (values
+    unchanged). A_UNIT > 1 says that A's base is 16-byte aligned and that the extent along its
+    contiguous dimension (K where A is row-major, M where A_COL) and its other strides are
+    whole runs of A_UNIT elements (16 bytes); B_UNIT likewise (N where B is row-major, K where
+    B_COL). Where Triton sees no divisibility (a multiple of 8 but not of 16, e.g. 1000) the
+    loads would otherwise move one element per instruction: rows wrapped modulo M or N are
+    contiguous only in runs that divide M or N, and lines 8 elements apart are not known to
+    start on the 16-byte grid. With both units 1 the kernels compile as they did without
+    them (same PTX)."""
+    if A_UNIT > 1:
+        stride_ab = _whole(stride_ab, A_UNIT)
+        if A_COL:
+            M = _whole(M, A_UNIT)
+            stride_ak = _whole(stride_ak, A_UNIT)
+        else:
+            K = _whole(K, A_UNIT)
+            stride_am = _whole(stride_am, A_UNIT)
+    if B_UNIT > 1:
+        stride_bb = _whole(stride_bb, B_UNIT)
+        if B_COL:
+            K = _whole(K, B_UNIT)
+            stride_bn = _whole(stride_bn, B_UNIT)
+        else:
+            N = _whole(N, B_UNIT)
+            stride_bk = _whole(stride_bk, B_UNIT)
+    return M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn
 
 
 @triton.jit
@@ -122,13 +165,12 @@ def _epilogue(acc, c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
     0.95x against 0.90x storing element by element; most of what N = 1000 costs against
     N = 1024 is in B's loads (the same tile, D stored 16 bytes at a time in both: 1000^3 at
     0.88x, 1024^3 at 1.02x)."""
-    if D_UNIT > 1:
-        N = N // D_UNIT * D_UNIT
-        stride_db = stride_db // D_UNIT * D_UNIT
-        stride_dm = stride_dm // D_UNIT * D_UNIT
-        if HAS_C:
-            stride_cb = stride_cb // D_UNIT * D_UNIT
-            stride_cm = stride_cm // D_UNIT * D_UNIT
+    N = _whole(N, D_UNIT)
+    stride_db = _whole(stride_db, D_UNIT)
+    stride_dm = _whole(stride_dm, D_UNIT)
+    if HAS_C:
+        stride_cb = _whole(stride_cb, D_UNIT)
+        stride_cm = _whole(stride_cm, D_UNIT)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     out_m = offs_m.to(tl.int64)
     out_n = offs_n.to(tl.int64)
@@ -156,9 +198,13 @@ def matmul_kernel(
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     HAS_C: tl.constexpr, EVEN_K: tl.constexpr, UPCAST: tl.constexpr,
     SCALE: tl.constexpr, D_UNIT: tl.constexpr, WIDE_K: tl.constexpr,
+    A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr, B_COL: tl.constexpr,
 ):
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
+    M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = _operand_units(
+        M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+        A_UNIT, A_COL, B_UNIT, B_COL)
     pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -177,11 +223,16 @@ def _slice_dot(a_ptr, b_ptr, batch, pid, part, M, N, K, K_SLICE,
                stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-               EVEN_K: tl.constexpr, UPCAST: tl.constexpr, WIDE_K: tl.constexpr):
+               EVEN_K: tl.constexpr, UPCAST: tl.constexpr, WIDE_K: tl.constexpr,
+               A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr,
+               B_COL: tl.constexpr):
     """(partial tile, its rows, its columns) of a split-K program: output tile ``pid``
     multiplied over K in [part * K_SLICE, (part + 1) * K_SLICE) (K_SLICE a multiple of
     BLOCK_K; the last slice ends at K, ragged where K is), with the pointer kernel's loads,
     wrapping and masking."""
+    M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn = _operand_units(
+        M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+        A_UNIT, A_COL, B_UNIT, B_COL)
     pid_m, pid_n = _tile_of(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -206,6 +257,7 @@ def matmul_splitk_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     EVEN_K: tl.constexpr, UPCAST: tl.constexpr, WIDE_K: tl.constexpr,
+    A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr, B_COL: tl.constexpr,
 ):
     """The first pass of a split-K GEMM. Grid: (output tiles, slices of K, batch). Program
     (tile, s, b) multiplies A and B over K in [s * K_SLICE, (s + 1) * K_SLICE) (K_SLICE is a
@@ -220,7 +272,8 @@ def matmul_splitk_kernel(
                                      stride_ab, stride_am, stride_ak,
                                      stride_bb, stride_bk, stride_bn,
                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
-                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K)
+                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K,
+                                     A_UNIT, A_COL, B_UNIT, B_COL)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     plane = (batch * tl.num_programs(1) + part) * M
     w_ptrs = w_ptr + (plane + offs_m[:, None]) * N + offs_n[None, :]
@@ -328,6 +381,7 @@ def matmul_splitk_fused_kernel(
     GROUP_M: tl.constexpr, ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr,
     EVEN_K: tl.constexpr, UPCAST: tl.constexpr, HAS_C: tl.constexpr, SCALE: tl.constexpr,
     D_UNIT: tl.constexpr, WIDE_K: tl.constexpr,
+    A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr, B_COL: tl.constexpr,
 ):
     """Split-K in one kernel. Grid: (output tiles, slices of K, batch). Program (tile, s, b)
     multiplies its slice of K as :func:`matmul_splitk_kernel` does; the last program of each
@@ -339,7 +393,8 @@ def matmul_splitk_fused_kernel(
                                      stride_ab, stride_am, stride_ak,
                                      stride_bb, stride_bk, stride_bn,
                                      BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, ACC,
-                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K)
+                                     INPUT_PRECISION, EVEN_K, UPCAST, WIDE_K,
+                                     A_UNIT, A_COL, B_UNIT, B_COL)
     _last_slice_stores(acc, w_ptr, count_ptr, batch * tl.num_programs(0) + pid, part,
                        tl.num_programs(1), c_ptr, d_ptr, batch, offs_m, offs_n, M, N,
                        stride_cb, stride_cm, stride_cn, stride_db, stride_dm, stride_dn,

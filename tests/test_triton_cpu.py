@@ -258,6 +258,71 @@ def test_tma_gemm_with_c_moves_c_and_d_16_bytes_at_a_time_where_told_n_allows_it
     assert plain["d_element_stores"] > 0 and plain["element_loads"] > 0, plain
 
 
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_pointer_kernel_loads_16_bytes_at_a_time_where_told_a_comes_in_8s(layout):
+    """A's contiguous extent and leading dimension multiples of 8 but not of 16 (K or M =
+    1000): A's tile goes to shared memory by one-element loads unless A_UNIT tells the
+    kernel, and then by 16-byte asynchronous copies only, as where everything shows 16."""
+    told = _aot(f"pointer_{layout}_a8_unit", "bfloat16")
+    plain = _aot(f"pointer_{layout}_a8_plain", "bfloat16")
+    assert told["wgmma"] > 0 and told["element_loads"] == 0, told
+    assert told["async_copies"] == 2 * plain["async_copies"] > 0, (told, plain)
+    assert plain["element_loads"] > 0, plain
+
+
+def test_load_units_where_triton_cannot_see_them():
+    from multibackend.backends.triton import load_units
+    from multibackend.request import matmul_call
+
+    def units(a, b):
+        return load_units(matmul_call(a, b).problem, a, b)
+
+    f16, f32 = torch.float16, torch.float32
+    col_a = torch.empty((1000, 1000), dtype=f16).t()  # M = 1000 contiguous, lda 1000
+    assert units(col_a, torch.empty((1000, 64), dtype=f16)) == dict(
+        A_UNIT=8, A_COL=True, B_UNIT=1, B_COL=False)
+    row_a = torch.empty((64, 1000), dtype=f16)  # K = 1000 contiguous
+    assert units(row_a, torch.empty((1000, 24), dtype=f16)) == dict(
+        A_UNIT=8, A_COL=False, B_UNIT=8, B_COL=False)
+    col_b = torch.empty((24, 1000), dtype=f16).t()  # B's K = 1000 contiguous
+    assert units(row_a, col_b)["B_UNIT"] == 8 and units(row_a, col_b)["B_COL"]
+    shown = torch.empty((64, 1024), dtype=f16)  # Triton sees 16s: nothing to tell
+    assert units(shown, torch.empty((1024, 64), dtype=f16))["A_UNIT"] == 1
+    assert units(torch.empty((64, 1000), dtype=f32), torch.empty((1000, 64), dtype=f32))[
+        "A_UNIT"] == 1  # measured slower with 32-bit operands
+    off_grid = torch.empty((64 * 1000 + 1), dtype=f16)[1:].view(64, 1000)
+    assert units(off_grid, torch.empty((1000, 64), dtype=f16))["A_UNIT"] == 1
+    ragged = torch.empty((64, 1004), dtype=f16)  # 1004: a multiple of 4, not of 8
+    assert units(ragged, torch.empty((1004, 64), dtype=f16))["A_UNIT"] == 1
+    assert units(torch.empty((64, 40), dtype=torch.int8),
+                 torch.empty((40, 64), dtype=torch.int8))["A_UNIT"] == 1
+
+
+@interpreter_only
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_interpreter_with_load_units(dtype):
+    """Every layout with A's and B's extents and leading dimensions whole 16 bytes but not 16
+    elements (units told), batched, with C: the results match float64."""
+    from multibackend.backends.triton import load_units
+
+    gen = torch.Generator().manual_seed(31)
+    tdtype = getattr(torch, dtype)
+    m, n, k = 24, 40, 56
+    told = set()
+    for a_layout in ("row", "col"):
+        for b_layout in ("row", "col"):
+            a = _rand((2, m, k), tdtype, gen, a_layout)
+            b = _rand((2, k, n), tdtype, gen, b_layout)
+            c = _rand((2, m, n), tdtype, gen)
+            call = matmul_call(a, b, c, alpha=0.5, beta=-1.0)
+            units = load_units(call.problem, call.operands.a, call.operands.b)
+            told.add((units["A_UNIT"], units["A_COL"], units["B_UNIT"], units["B_COL"]))
+            cmp = _run_and_compare(call)
+            assert cmp.ok, (a_layout, b_layout, cmp.detail)
+    assert told == {(8, False, 8, False), (8, True, 8, False), (8, False, 8, True),
+                    (8, True, 8, True)}
+
+
 def test_dot_kernel_uses_16_byte_loads():
     info = _aot("dot", "float16")
     assert info["vector_loads"] > 0, info

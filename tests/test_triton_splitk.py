@@ -943,7 +943,7 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     t = f"*{e}"
     tile = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8)
     pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False,
-                   WIDE_K=False)
+                   WIDE_K=False, A_UNIT=1, A_COL=False, B_UNIT=1, B_COL=False)
     if kind.startswith("tma"):
         from multibackend.backends.triton import width_blocks
 

@@ -2,8 +2,8 @@
 holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
-    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot}
-        {float16|bfloat16}
+    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
+        pointer_{row|col}_a8_{unit|plain}} {float16|bfloat16}
     python tests/triton_aot.py float32 {ieee|tf32|tf32x3}
 """
 from __future__ import annotations
@@ -41,7 +41,8 @@ def compile_pointer(dtype: str, precision: str = "ieee"):
             ("alpha", "fp32"), ("beta", "fp32")]
     consts = dict(stride_ak=1, stride_bn=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
                   GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=True,
-                  UPCAST=False, SCALE=False, D_UNIT=1, WIDE_K=False)
+                  UPCAST=False, SCALE=False, D_UNIT=1, WIDE_K=False, A_UNIT=1, A_COL=False,
+                  B_UNIT=1, B_COL=False)
     if dtype == "float32":
         problem = synthetic(256, 256, 256, "float32", precision=precision)
         tile = Config.of("f32", BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3)
@@ -50,6 +51,30 @@ def compile_pointer(dtype: str, precision: str = "ieee"):
                       INPUT_PRECISION=launch["INPUT_PRECISION"])
     src = triton.compiler.ASTSource(fn=kernels.matmul_kernel,
                                     signature=_signature(args, consts), constexprs=consts)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 8, "num_stages": 3})
+
+
+def compile_pointer_a8(dtype: str, a_col: bool, unit: int):
+    """The pointer kernel (masked K) as a launch on 16-byte-aligned arrays specializes it,
+    where A's contiguous extent (K for a row-major A, M for a column-major one) and its
+    leading dimension are multiples of 8 but not of 16 (1000: Triton sees no divisibility of
+    either) and every other integer is a multiple of 16; ``unit``: the A_UNIT it is told."""
+    fn = kernels.matmul_kernel
+    t = f"*{TYPES[dtype]}"
+    unit_stride, extent, ld = (("stride_am", "M", "stride_ak") if a_col
+                               else ("stride_ak", "K", "stride_am"))
+    consts = {unit_stride: 1, "stride_bn": 1, "stride_dn": 1}
+    consts.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, ACC=tl.float32,
+                  INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=False, UPCAST=False,
+                  SCALE=False, D_UNIT=1, WIDE_K=False, A_UNIT=unit, A_COL=a_col, B_UNIT=1,
+                  B_COL=False)
+    args = [(name, t if name.endswith("_ptr") else "fp32" if name in ("alpha", "beta")
+             else "i32") for name in fn.arg_names if name not in consts]
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name, kind in args
+               if kind != "fp32" and name not in (extent, ld)}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": 8, "num_stages": 3})
 
@@ -113,6 +138,10 @@ def main() -> None:
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
                 "tma_c_n8_plain": lambda d: compile_tma(d, False, TMA_TILES[2], True, 1),
+                **{f"pointer_{layout}_a8_{told}": (
+                    lambda d, col=layout == "col", unit=8 if told == "unit" else 1:
+                    compile_pointer_a8(d, col, unit))
+                   for layout in ("row", "col") for told in ("unit", "plain")},
                 }[kind](dtype)
     ptx = compiled.asm["ptx"]
     print(json.dumps({
@@ -126,6 +155,8 @@ def main() -> None:
         "d_element_stores": ptx.count("st.global.b16"),
         "element_loads": ptx.count("ld.global.b16"),
         "vector_loads": ptx.count("ld.global.v4") + ptx.count("ld.global.nc.v4"),
+        "async_copies": ptx.count("cp.async.cg.shared.global") + ptx.count(
+            "cp.async.ca.shared.global"),
         "shared": compiled.metadata.shared,
     }))
 
