@@ -2,11 +2,14 @@
 
 Without a tuning table, ``auto`` must not pick a backend slower than ``torch.matmul``. So it
 picks cuBLAS (torch's own path) unless the calibration data shipped with the package — tuning
-tables measured on a GPU of the same family (compute capability), against torch.matmul, in
-the tuner's timing modes (``multibackend/data/calibration-*.json``) — says otherwise near this
-shape: every calibration entry of the problem's family (op, dtypes, precision, layouts,
-batched or not, rows on or off the 16-byte grid) within a factor of :data:`RADIUS_FACTOR` in
-each of M, N and K must have been won by the same backend (the tuner lets a backend win only
+tables measured against torch.matmul, in the tuner's timing modes, on a GPU of the same
+compute capability (``multibackend/data/calibration-*.json``) — says otherwise near this
+shape. The entries of the problem's family (op, dtypes, precision, layouts, batched or not,
+rows on or off the 16-byte grid) measured on this very GPU model are the ground where there
+are any; else those of every model of the compute capability, which must then agree (an
+H100's and an H200's pick differ on a third of the decode-sized entries: the H200's wider
+memory moves the point where split-K pays). Every such entry within a factor of
+:data:`RADIUS_FACTOR` in each of M, N and K must have been won by the same backend (the tuner lets a backend win only
 by more than the spread it measured, and an entry counts for it only where it was also
 faster than torch.matmul in the entry's other timing mode), and there must be at least one.
 Then that backend runs with the entry's config where this very shape was measured, else with
@@ -23,10 +26,11 @@ import json
 import math
 from dataclasses import dataclass
 from importlib import resources
+from typing import NamedTuple
 
 from multibackend.backends.base import Config
 
-from . import tuning
+from . import environment, tuning
 from .problem import Problem
 
 RADIUS_FACTOR = 2.0
@@ -42,22 +46,46 @@ class Advice:
     detail: str
 
 
+class Measured(NamedTuple):
+    """One calibration entry and the GPU model it was measured on."""
+
+    gpu: str
+    key: str
+    entry: dict
+
+
 @functools.lru_cache(maxsize=8)
-def entries_for(cc: tuple[int, int] | None) -> tuple[tuple[str, dict], ...]:
+def entries_for(cc: tuple[int, int] | None) -> tuple[Measured, ...]:
     """Every calibration entry measured on a GPU of compute capability ``cc``."""
     if cc is None:
         return ()
     wanted = f"{cc[0]}.{cc[1]}"
-    found: list[tuple[str, dict]] = []
+    found: list[Measured] = []
     for item in sorted(resources.files(DATA_PACKAGE).iterdir(), key=lambda p: p.name):
         if not (item.name.startswith("calibration-") and item.name.endswith(".json")):
             continue
         table = json.loads(item.read_text())
         if str(table.get("environment", {}).get("cc")) != wanted:
             continue
-        gpu = table["environment"].get("gpu")
-        found += [(f"{gpu}: {key}", entry) for key, entry in table["entries"].items()]
+        gpu = str(table["environment"].get("gpu"))
+        found += [Measured(gpu, key, entry) for key, entry in table["entries"].items()]
     return tuple(found)
+
+
+def ground(problem: Problem) -> tuple[list[Measured], str]:
+    """The entries of ``problem``'s family that the rule reads (see the module docstring),
+    and where they come from, in words."""
+    family = tuning.family(problem)
+    of_family = [m for m in entries_for(problem.cc) if m.entry.get("family") == family]
+    gpu = environment.device_name(problem.device)
+    own = [m for m in of_family if m.gpu == gpu]
+    if own:
+        return own, f"measured on this GPU model, {gpu}"
+    if not of_family:
+        return [], "none of this family measured on a GPU of this compute capability"
+    models = ", ".join(sorted({m.gpu for m in of_family}))
+    return of_family, (f"none on {gpu}: " if gpu else "") + (
+        f"measured on {models}, of the same compute capability")
 
 
 def winner(entry: dict) -> str:
@@ -82,14 +110,14 @@ def winner(entry: dict) -> str:
 
 def advise(problem: Problem) -> Advice:
     """The calibrated backend for ``problem``, or why there is none (see the docstring)."""
-    family = tuning.family(problem)
+    measured, source = ground(problem)
     radius = math.log2(RADIUS_FACTOR)
-    near = sorted(((tuning.distance(problem, e), key, e) for key, e in entries_for(problem.cc)
-                   if e.get("family") == family), key=lambda t: t[0])
+    near = sorted(((tuning.distance(problem, m.entry), f"{m.gpu}: {m.key}", m.entry)
+                   for m in measured), key=lambda t: t[0])
     near = [t for t in near if t[0] <= radius]
     if not near:
-        return Advice(None, None, f"no calibration measurement of this GPU family within "
-                                  f"{RADIUS_FACTOR:g}x of the shape")
+        return Advice(None, None, f"no calibration measurement within {RADIUS_FACTOR:g}x of "
+                                  f"the shape ({source})")
     winners = {winner(e) for _, _, e in near}
     dist, key, nearest = near[0]
     figures = tuning.lead_text(nearest)

@@ -148,8 +148,8 @@ def shape_free(problem: Problem, decision: Decision,
 
     prefix = f"{problem.op}:{problem.in_dtype}->{problem.d_dtype}:"
     won = [e for e in tuning.status().entries.values() if e.get("backend") != BASELINE]
-    won += [e for _, e in calibration.entries_for(problem.cc)
-            if calibration.winner(e) != BASELINE]
+    won += [m.entry for m in calibration.entries_for(problem.cc)
+            if calibration.winner(m.entry) != BASELINE]
     won = [e for e in won if str(e.get("family", "")).startswith(prefix)]
     reach = max(2.0 ** tuning.BUCKET_RADIUS, calibration.RADIUS_FACTOR)
     return (min((e["m"] * e["k"] / reach ** 2 for e in won), default=math.inf),

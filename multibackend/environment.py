@@ -40,6 +40,23 @@ def gpu() -> dict:
     return info
 
 
+@functools.lru_cache(maxsize=None)
+def device_name(device: str) -> str | None:
+    """The name of CUDA device ``device`` ("cuda:1"; "cuda" is device 0), as torch reports it
+    (e.g. "NVIDIA H200"), or None where there is no such GPU."""
+    try:
+        import torch
+
+        if not device.startswith("cuda") or not torch.cuda.is_available():
+            return None
+        index = int(device.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            return None
+        return torch.cuda.get_device_properties(index).name
+    except Exception:
+        return None
+
+
 def driver_version() -> str | None:
     """The NVIDIA driver's version (e.g. "580.159.04") through NVML, else the CUDA version
     the driver supports (e.g. "CUDA 13.0"), else None."""

@@ -66,8 +66,12 @@ def no_tables(monkeypatch):
     calibration.entries_for.cache_clear()
 
 
-def _calibration(monkeypatch, *entries):
-    data = tuple((f"test: {i}", e) for i, e in enumerate(entries))
+def _calibration(monkeypatch, *entries, gpu="GPU A"):
+    data = tuple(calibration.Measured(gpu, str(i), e) for i, e in enumerate(entries))
+    _measured(monkeypatch, data)
+
+
+def _measured(monkeypatch, data):
     monkeypatch.setattr(calibration, "entries_for", lambda cc: data if cc == (9, 0) else ())
 
 
@@ -105,6 +109,36 @@ def test_calibration_picks_a_backend_only_where_every_neighbour_agrees(monkeypat
                                                                          config="default"))
     d = dispatch.decide(P, registry=_Registry())
     assert (d.backend, d.rule) == ("cublas", "baseline") and "won by cublas, triton" in d.detail
+
+
+def test_calibration_of_this_gpu_model_first_else_every_model_must_agree(monkeypatch):
+    """Where the GPU model running the call has entries of the problem's family, only they
+    count; elsewhere (another model of the compute capability, or no GPU to name) every
+    model's entries count and must agree; a family this model lacks falls back to the
+    others'."""
+    a, b = _entry("triton", 512, 4096, 4096), _entry("cublas", 512, 4096, 4096, config="default")
+    _measured(monkeypatch, (calibration.Measured("GPU A", "a", a),
+                            calibration.Measured("GPU B", "b", b)))
+    names = {"cuda:0": "GPU A", "cuda:1": "GPU B", "cuda:2": "GPU C"}
+    monkeypatch.setattr(calibration.environment, "device_name", names.get)
+    on = {dev: synthetic(512, 4096, 4096, "float16", cc=(9, 0), device=dev) for dev in names}
+    d = dispatch.decide(on["cuda:0"], registry=_Registry())
+    assert (d.backend, d.rule) == ("triton", "calibrated") and "GPU A: a" in d.detail
+    d = dispatch.decide(on["cuda:1"], registry=_Registry())
+    assert (d.backend, d.rule) == ("cublas", "baseline")
+    assert "won by cublas; nearest GPU B: b" in d.detail
+    for dev in ("cuda:2", "cpu"):
+        problem = on.get(dev) or synthetic(512, 4096, 4096, "float16", cc=(9, 0), device=dev)
+        d = dispatch.decide(problem, registry=_Registry())
+        assert (d.backend, d.rule) == ("cublas", "baseline")
+        assert "won by cublas, triton" in d.detail
+    bf16 = synthetic(512, 4096, 4096, "bfloat16", cc=(9, 0), device="cuda:1")
+    _measured(monkeypatch, (calibration.Measured("GPU A", "a", _entry("triton", 512, 4096, 4096,
+                                                                      problem=bf16)),
+                            calibration.Measured("GPU B", "b", b)))
+    d = dispatch.decide(bf16, registry=_Registry())  # GPU B measured no bf16
+    assert (d.backend, d.rule) == ("triton", "calibrated") and "GPU A: a" in d.detail
+    assert "none on GPU B" in calibration.ground(bf16)[1]
 
 
 def test_a_tuned_config_runs_only_where_its_backend_offers_it(monkeypatch):
@@ -182,7 +216,8 @@ def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch)
 def test_shipped_h100_calibration_stages_only_large_misaligned_products():
     """The shipped sm_90 data: Triton's staged kernels where cuBLAS is off its fast path and
     the product is large enough to pay for the copies in both modes; cuBLAS elsewhere."""
-    if not any("unaligned" in str(e.get("family")) for _, e in calibration.entries_for((9, 0))):
+    if not any("unaligned" in str(m.entry.get("family"))
+               for m in calibration.entries_for((9, 0))):
         pytest.skip("no sm_90 calibration of the misaligned path shipped")
     registry = _Registry()
     big = synthetic(5003, 5003, 5003, "float16", cc=(9, 0))
@@ -197,8 +232,8 @@ def test_shipped_h100_calibration_stages_only_large_misaligned_products():
 
 def test_shipped_calibration_tables_are_well_formed():
     for cc in ((9, 0), (8, 0)):
-        for _, entry in calibration.entries_for(cc):
-            assert {"backend", "config", "family", "m", "n", "k"} <= set(entry)
+        for measured in calibration.entries_for(cc):
+            assert {"backend", "config", "family", "m", "n", "k"} <= set(measured.entry)
 
 
 def test_autotune_mode_from_argument_and_environment(monkeypatch):

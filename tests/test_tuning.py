@@ -419,7 +419,7 @@ def test_tuner_drops_failing_and_crashing_candidates_with_reasons(tuned):
     dropped = single["dropped"]
     assert set(dropped) == {"wrong:default", "raises:default", "exits:default",
                             "aborts:default", "hangs:default", "batch:unbuilt"}
-    assert dropped["wrong:default"].startswith("wrong: rel err")
+    assert dropped["wrong:default"].startswith("wrong: relative error")
     assert dropped["raises:default"] == "raised: RuntimeError: kernel launch failed"
     assert dropped["exits:default"].startswith("crashed: exit code 13")
     assert dropped["aborts:default"].startswith("crashed: exit code -6 (SIGABRT)")
