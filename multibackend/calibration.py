@@ -7,11 +7,11 @@ compute capability (``multibackend/data/calibration-*.json``) — says otherwise
 shape. The entries of the problem's family (op, dtypes, precision, layouts, batched or not,
 rows on or off the 16-byte grid) measured on this very GPU model are the ground where there
 are any; else those of every model of the compute capability, which must then agree (an
-H100's and an H200's pick differ on a third of the decode-sized entries: the H200's wider
-memory moves the point where split-K pays). Every such entry within a factor of
-:data:`RADIUS_FACTOR` in each of M, N and K must have been won by the same backend (the tuner lets a backend win only
-by more than the spread it measured, and an entry counts for it only where it was also
-faster than torch.matmul in the entry's other timing mode), and there must be at least one.
+H100's and an H200's winners differ on 7 (f16) and 8 (bf16) of 44 decode-sized entries).
+Every such entry within a factor of :data:`RADIUS_FACTOR` in each of M, N and K must have
+been won by the same backend (the tuner lets a backend win only by more than the spread it
+measured, and an entry counts for it only where it was also faster than torch.matmul in the
+entry's other timing mode), and there must be at least one.
 Then that backend runs with the entry's config where this very shape was measured, else with
 its own default for the shape: a config is chosen for the grid it makes on its shape, and on a
 neighbour it can leave SMs idle (H100, graph mode: the 16x128 tile measured at 24x5120x13824
