@@ -148,24 +148,29 @@ def _current_device() -> int:
 
 
 def caller_stream(kind: str, device: Any) -> int:
-    """The raw CUDA stream handle the caller's work is ordered on (0 on the host)."""
+    """The raw CUDA stream handle the caller's work is ordered on (0 on the host): torch's
+    current stream on the arrays' device, or CuPy's there for CuPy callers."""
     if device.type != "cuda":
         return 0
     if kind in ("cupy", "dlpack", "cai"):
-        import cupy
-
-        return int(cupy.cuda.get_current_stream().ptr)
+        return int(_cupy_stream(device, lambda stream: stream.ptr))
     return _torch_stream(device.index)
+
+
+def _cupy_stream(device: Any, read: Callable[[Any], Any]) -> Any:
+    """``read`` of CuPy's current stream on ``device`` (CuPy keeps one per device and
+    thread), with that device current: the null stream is each device's own."""
+    import cupy
+
+    with cupy.cuda.Device(device.index):
+        return read(cupy.cuda.get_current_stream())
 
 
 def capturing(kind: str, device: Any) -> bool:
     """Whether the caller's current stream (torch's, or CuPy's for CuPy callers) on
     ``device`` is capturing a CUDA graph."""
     if kind in ("cupy", "dlpack", "cai"):
-        import cupy
-
-        with cupy.cuda.Device(device.index):
-            return bool(cupy.cuda.get_current_stream().is_capturing())
+        return bool(_cupy_stream(device, lambda stream: stream.is_capturing()))
     torch = _torch()
     with torch.cuda.device(device):
         return bool(torch.cuda.is_current_stream_capturing())

@@ -493,3 +493,43 @@ def test_first_call_autotune_times_each_backend_by_the_call_that_runs_once_it_is
     assert calls[1][1] == {"backend": "triton"} and len(calls[1][0]) == 2
     assert calls[2][1]["config"] == "cfg" and calls[2][1]["out"] == "out"
     assert set(calls[2][1]) >= {"alpha", "beta", "out_dtype", "acc_dtype", "precision"}
+
+
+def test_cupy_callers_stream_is_cupys_current_stream_on_the_arrays_device(monkeypatch):
+    """CuPy keeps a current stream per device: a CuPy caller's work is ordered on the one of
+    the device its arrays are on, whichever device is current (a stand-in CuPy module: no
+    GPU here)."""
+    import sys
+    import types
+
+    from multibackend import arrays
+
+    current = {"device": 0}
+    streams = {0: 0x1000, 1: 0x2000}
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.before, current["device"] = current["device"], self.index
+
+        def __exit__(self, *exc):
+            current["device"] = self.before
+
+    class Stream:
+        def __init__(self, device):
+            self.ptr = streams[device]
+            self.device = device
+
+        def is_capturing(self):
+            return self.device == current["device"] == 1
+
+    cuda = types.SimpleNamespace(Device=Device,
+                                 get_current_stream=lambda: Stream(current["device"]))
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    second = torch.device("cuda", 1)
+    assert arrays.caller_stream("cupy", second) == 0x2000
+    assert arrays.caller_stream("cupy", torch.device("cuda", 0)) == 0x1000
+    assert arrays.capturing("cupy", second) and current["device"] == 0
+    assert arrays.caller_stream("cupy", torch.device("cpu")) == 0
