@@ -65,34 +65,37 @@ def _whole(x, UNIT: tl.constexpr):
 
 
 @triton.jit
+def _operand_unit(rows, cols, stride_b, stride_r, stride_c, UNIT: tl.constexpr,
+                  COL: tl.constexpr):
+    """One operand's extents and (batch, row, column) strides with UNIT shown (values
+    unchanged): UNIT > 1 says that the operand's base is 16-byte aligned and that its extent
+    along its contiguous dimension (``cols`` where it is row-major, ``rows`` where COL) and
+    its other strides are whole runs of UNIT elements (16 bytes)."""
+    if UNIT > 1:
+        stride_b = _whole(stride_b, UNIT)
+        if COL:
+            rows = _whole(rows, UNIT)
+            stride_c = _whole(stride_c, UNIT)
+        else:
+            cols = _whole(cols, UNIT)
+            stride_r = _whole(stride_r, UNIT)
+    return rows, cols, stride_b, stride_r, stride_c
+
+
+@triton.jit
 def _operand_units(M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
                    A_UNIT: tl.constexpr, A_COL: tl.constexpr, B_UNIT: tl.constexpr,
                    B_COL: tl.constexpr):
-    """M, N, K and A's and B's strides with what the caller knows of them shown (values
-    unchanged). A_UNIT > 1 says that A's base is 16-byte aligned and that the extent along its
-    contiguous dimension (K where A is row-major, M where A_COL) and its other strides are
-    whole runs of A_UNIT elements (16 bytes); B_UNIT likewise (N where B is row-major, K where
-    B_COL). Where Triton sees no divisibility (a multiple of 8 but not of 16, e.g. 1000) the
-    loads would otherwise move one element per instruction: rows wrapped modulo M or N are
-    contiguous only in runs that divide M or N, and lines 8 elements apart are not known to
-    start on the 16-byte grid. With both units 1 the kernels compile as they did without
-    them (same PTX)."""
-    if A_UNIT > 1:
-        stride_ab = _whole(stride_ab, A_UNIT)
-        if A_COL:
-            M = _whole(M, A_UNIT)
-            stride_ak = _whole(stride_ak, A_UNIT)
-        else:
-            K = _whole(K, A_UNIT)
-            stride_am = _whole(stride_am, A_UNIT)
-    if B_UNIT > 1:
-        stride_bb = _whole(stride_bb, B_UNIT)
-        if B_COL:
-            K = _whole(K, B_UNIT)
-            stride_bn = _whole(stride_bn, B_UNIT)
-        else:
-            N = _whole(N, B_UNIT)
-            stride_bk = _whole(stride_bk, B_UNIT)
+    """M, N, K and A's and B's strides with what the caller knows of them shown
+    (:func:`_operand_unit`: A_UNIT for A, B_UNIT for B). Where Triton sees no divisibility (a
+    multiple of 8 but not of 16, e.g. 1000) the loads would otherwise move one element per
+    instruction: rows wrapped modulo M or N are contiguous only in runs that divide M or N,
+    and lines 8 elements apart are not known to start on the 16-byte grid. With both units 1
+    the kernels compile as they did without them (same PTX)."""
+    M, K, stride_ab, stride_am, stride_ak = _operand_unit(M, K, stride_ab, stride_am,
+                                                          stride_ak, A_UNIT, A_COL)
+    K, N, stride_bb, stride_bk, stride_bn = _operand_unit(K, N, stride_bb, stride_bk,
+                                                          stride_bn, B_UNIT, B_COL)
     return M, N, K, stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn
 
 
