@@ -180,12 +180,18 @@ def _load_env_tables() -> None:
     with _ENV_LOCK:  # one thread loads; the others wait for the tables
         if spec == (_TABLES.env_loaded or ""):
             return
+        staged = TuningTables()  # every part read before any is used: all or none
         for part in filter(None, spec.split(os.pathsep)):
             try:
-                load_tuning(part)
+                load_tuning(part, tables=staged)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{ENV_TUNING} is {spec!r}: {exc}") from None
-        _TABLES.env_loaded = spec
+        with _LOCK:
+            _TABLES.entries.update(staged.entries)
+            _TABLES.sources.extend(staged.sources)
+            _TABLES.rejected.extend(staged.rejected)
+            _TABLES.env_loaded = spec
+            _GENERATION[0] += 1
 
 
 def status() -> TuningTables:

@@ -73,14 +73,21 @@ def test_read_rejects_an_entry_lookup_cannot_use(tmp_path, field):
 
 
 def test_a_bad_tuning_path_in_the_environment_fails_every_call(tmp_path, monkeypatch):
-    monkeypatch.setenv(tuning.ENV_TUNING, str(tmp_path / "missing.json"))
+    """Every call fails naming the variable, and no part of it is used meanwhile (a good
+    table before the bad one is loaded once, when the whole variable reads)."""
+    good_key, good = entry(256, 256, 256, "triton")
+    first = tuning.save_table(tuning.new_table({good_key: good}), tmp_path / "first.json")
+    monkeypatch.setenv(tuning.ENV_TUNING, os.pathsep.join([str(first),
+                                                           str(tmp_path / "missing.json")]))
     tuning.clear()
     for _ in range(2):  # not once and then silently without the table
         with pytest.raises(InvalidArgument, match="MULTIBACKEND_TUNING is .*does not exist"):
             tuning.status()
+        assert not tuning._TABLES.entries and not tuning._TABLES.sources
     key, e = entry(512, 512, 512, "raw_wmma")
     tuning.save_table(tuning.new_table({key: e}), tmp_path / "missing.json")
-    assert tuning.status().entries == {key: e}
+    assert tuning.status().entries == {good_key: good, key: e}
+    assert tuning.status().sources == [str(first), str(tmp_path / "missing.json")]
     tuning.clear()
 
 
