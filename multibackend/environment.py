@@ -42,14 +42,16 @@ def gpu() -> dict:
 
 @functools.lru_cache(maxsize=None)
 def device_name(device: str) -> str | None:
-    """The name of CUDA device ``device`` ("cuda:1"; "cuda" is device 0), as torch reports it
-    (e.g. "NVIDIA H200"), or None where there is no such GPU."""
+    """The name of CUDA device ``device``, written with its index as a Problem records it
+    ("cuda:1"), as torch reports it (e.g. "NVIDIA H200"); None where there is no such GPU or
+    no index ("cuda" alone names whichever device is current)."""
     try:
         import torch
 
-        if not device.startswith("cuda") or not torch.cuda.is_available():
+        kind, _, index_text = device.partition(":")
+        if kind != "cuda" or not index_text or not torch.cuda.is_available():
             return None
-        index = int(device.partition(":")[2] or 0)
+        index = int(index_text)
         if index >= torch.cuda.device_count():
             return None
         return torch.cuda.get_device_properties(index).name

@@ -17,7 +17,8 @@ times a safety factor of 4:
   against its scale, which cancellation can leave far above the result): tight, it catches an
   error spread over the whole result;
 - element-wise, every ``|D_ij - ref_ij|`` within ``4 (u_out (|ref_ij| + scale_ij) + (u_in +
-  u_acc sqrt(K)) scale_ij)`` (:func:`element_bounds`): it catches one wrong element, whose share of a large result's
+  u_acc sqrt(K)) scale_ij + s_out)``, ``s_out`` half the spacing of D's subnormals (its
+  rounding below the normal range is absolute) (:func:`element_bounds`): it catches one wrong element, whose share of a large result's
   norm is too small for the first test. D's rounding is measured against the scale too:
   a correct library may round ``alpha A @ B`` to D's dtype before adding ``beta C`` (torch's
   addmm on float16 does: bit for bit ``A @ B + C``, two roundings), or round partial sums
@@ -81,7 +82,9 @@ def element_bounds(problem: Problem, ref: Any, scale: Any) -> Any:
     """The largest error a correct kernel may commit at each element of a float result, from
     the elements' exact values ``ref`` and their scales (arrays of one array module)."""
     u_out, u_sum = _roundoffs(problem)
-    return SAFETY * (u_out * (abs(ref) + scale) + u_sum * scale)
+    info = _torch().finfo(dtypes.torch_dtype(problem.d_dtype))
+    half_subnormal = info.tiny * info.eps / 2  # D's rounding below its normal range
+    return SAFETY * (u_out * (abs(ref) + scale) + u_sum * scale + half_subnormal)
 
 
 @dataclass(frozen=True)
@@ -162,10 +165,14 @@ def compare(problem: Problem, out, ref: Reference | Any) -> Comparison:
     xp, got = _xp(out)
     bound = error_bound(problem)
     exact = bound == 0.0
+    value = ref.value if isinstance(ref, Reference) else xp.asarray(ref, dtype=xp.float64)
+    if value.size != got.size:
+        raise InvalidArgument(f"compare: the reference holds {value.size} elements but out "
+                              f"{tuple(got.shape)} holds {got.size}: they must match")
     if isinstance(ref, Reference):
-        ref, scale = ref.value.reshape(got.shape), ref.scale.reshape(got.shape)
+        ref, scale = value.reshape(got.shape), ref.scale.reshape(got.shape)
     elif exact:
-        ref, scale = xp.asarray(ref, dtype=xp.float64).reshape(got.shape), None
+        ref, scale = value.reshape(got.shape), abs(value.reshape(got.shape))
     else:
         raise InvalidArgument(f"compare: ref is a bare {type(ref).__name__} for a "
                               f"{problem.d_dtype} result: a Reference (reference_matmul, "

@@ -109,3 +109,24 @@ def test_subnormal_elements_pass():
     assert int((abs(got) < 2.0**-14).sum()) > 10
     cmp = reference.compare(synthetic(64, 64, 16), got, ref)
     assert cmp.ok, cmp.detail
+
+
+def test_results_below_the_normal_range_pass():
+    """A row of A scaled by 2**-20: its products lie in float16's subnormal range, where D's
+    rounding is absolute (half of 2**-24), whatever the elements' scale; the float64 result
+    rounded once passes."""
+    a, b, _ = _operands(64, 64, 64, torch.float16, seed=4)
+    a[0, 0] *= 2.0**-20
+    ref = reference.reference_matmul(a, b)
+    got = torch.from_numpy(ref.value).to(torch.float16)
+    cmp = reference.compare(synthetic(64, 64, 64), got, ref)
+    assert cmp.ok, cmp.detail
+
+
+def test_integer_results_against_a_bare_array_and_sizes_that_differ():
+    x = torch.arange(-8, 8, dtype=torch.int8)
+    got = (x.int() * x.int()).sum().reshape(1)
+    exact = reference.compare(synthetic_dot(16, "int8"), got, torch.tensor([float(got)]).numpy())
+    assert exact.ok and exact.exact
+    with pytest.raises(InvalidArgument, match="reference holds 2 elements but out"):
+        reference.compare(synthetic_dot(16, "int8"), got, torch.tensor([1.0, 2.0]).numpy())

@@ -3,7 +3,7 @@ holds as JSON. Run in a child process by the CPU tests, because the interpreter 
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
     python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
-        pointer_{row|col}_a8_{unit|plain}} {float16|bfloat16}
+        pointer_{a|b}_{row|col}_8s_{unit|plain}} {float16|bfloat16}
     python tests/triton_aot.py float32 {ieee|tf32|tf32x3}
 """
 from __future__ import annotations
@@ -55,24 +55,28 @@ def compile_pointer(dtype: str, precision: str = "ieee"):
                           options={"num_warps": 8, "num_stages": 3})
 
 
-def compile_pointer_a8(dtype: str, a_col: bool, unit: int):
+def compile_pointer_8s(dtype: str, operand: str, col: bool, unit: int):
     """The pointer kernel (masked K) as a launch on 16-byte-aligned arrays specializes it,
-    where A's contiguous extent (K for a row-major A, M for a column-major one) and its
-    leading dimension are multiples of 8 but not of 16 (1000: Triton sees no divisibility of
-    either) and every other integer is a multiple of 16; ``unit``: the A_UNIT it is told."""
+    where one operand's (``operand`` "a" or "b") contiguous extent and leading dimension are
+    multiples of 8 but not of 16 (1000: Triton sees no divisibility of either) and every
+    other integer is a multiple of 16; ``col``: that operand is column-major (the other is
+    row-major); ``unit``: the unit it is told (A_UNIT or B_UNIT)."""
     fn = kernels.matmul_kernel
     t = f"*{TYPES[dtype]}"
-    unit_stride, extent, ld = (("stride_am", "M", "stride_ak") if a_col
-                               else ("stride_ak", "K", "stride_am"))
-    consts = {unit_stride: 1, "stride_bn": 1, "stride_dn": 1}
+    a_col, b_col = operand == "a" and col, operand == "b" and col
+    unseen = {("a", False): ("K", "stride_am"), ("a", True): ("M", "stride_ak"),
+              ("b", False): ("N", "stride_bk"), ("b", True): ("K", "stride_bn")}[operand, col]
+    consts = {"stride_am" if a_col else "stride_ak": 1, "stride_bk" if b_col else "stride_bn": 1,
+              "stride_dn": 1}
     consts.update(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, ACC=tl.float32,
                   INPUT_PRECISION="ieee", HAS_C=False, EVEN_K=False, UPCAST=False,
-                  SCALE=False, D_UNIT=1, WIDE_K=False, A_UNIT=unit, A_COL=a_col, B_UNIT=1,
-                  B_COL=False)
+                  SCALE=False, D_UNIT=1, WIDE_K=False,
+                  A_UNIT=unit if operand == "a" else 1, A_COL=a_col,
+                  B_UNIT=unit if operand == "b" else 1, B_COL=b_col)
     args = [(name, t if name.endswith("_ptr") else "fp32" if name in ("alpha", "beta")
              else "i32") for name in fn.arg_names if name not in consts]
     aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name, kind in args
-               if kind != "fp32" and name not in (extent, ld)}
+               if kind != "fp32" and name not in unseen}
     src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
                                     constexprs=consts, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32),
@@ -138,10 +142,11 @@ def main() -> None:
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
                 "tma_c_n8_plain": lambda d: compile_tma(d, False, TMA_TILES[2], True, 1),
-                **{f"pointer_{layout}_a8_{told}": (
-                    lambda d, col=layout == "col", unit=8 if told == "unit" else 1:
-                    compile_pointer_a8(d, col, unit))
-                   for layout in ("row", "col") for told in ("unit", "plain")},
+                **{f"pointer_{operand}_{layout}_8s_{told}": (
+                    lambda d, operand=operand, col=layout == "col",
+                    unit=8 if told == "unit" else 1: compile_pointer_8s(d, operand, col, unit))
+                   for operand in ("a", "b") for layout in ("row", "col")
+                   for told in ("unit", "plain")},
                 }[kind](dtype)
     ptx = compiled.asm["ptx"]
     print(json.dumps({
