@@ -113,7 +113,7 @@ def test_splitk_float32_d_and_bfloat16(config):
     b = (torch.rand((130, 33), generator=gen, dtype=torch.float64) * 2 - 1).half()
     call = matmul_call(a, b, out_dtype="float32")
     cmp = reference.compare(call.problem, _splitk(a, b, out_dtype=torch.float32, config=config),
-                            _reference(a, b))
+                            reference.reference_matmul(a, b))
     assert cmp.ok, cmp.detail
 
 
