@@ -18,8 +18,8 @@ times a safety factor of 4:
   error spread over the whole result;
 - element-wise, every ``|D_ij - ref_ij|`` within ``4 (u_out (|ref_ij| + scale_ij) + (u_in +
   u_acc sqrt(K)) scale_ij + s_out)``, ``s_out`` half the spacing of D's subnormals (its
-  rounding below the normal range is absolute) (:func:`element_bounds`): it catches one wrong element, whose share of a large result's
-  norm is too small for the first test. D's rounding is measured against the scale too:
+  rounding below the normal range is absolute; :func:`element_bounds`): it catches one
+  wrong element, whose share of a large result's norm is too small for the first test. D's rounding is measured against the scale too:
   a correct library may round ``alpha A @ B`` to D's dtype before adding ``beta C`` (torch's
   addmm on float16 does: bit for bit ``A @ B + C``, two roundings), or round partial sums
   to it (cuBLAS's reduced-precision split-K), and where C or the sum cancels, D's
@@ -190,8 +190,9 @@ def compare(problem: Problem, out, ref: Reference | Any) -> Comparison:
         return Comparison(math.nan, math.nan, bound, exact, False,
                           f"Inf differs from the reference at {differing} elements")
     diff = xp.where(finite, got - ref, 0.0)
+    ref_finite = xp.where(finite, ref, 0.0)
     max_abs = float(xp.abs(diff).max()) if diff.size else 0.0
-    ref_norm = float(xp.linalg.norm(xp.where(finite, ref, 0.0).ravel()))
+    ref_norm = float(xp.linalg.norm(ref_finite.ravel()))
     err_norm = float(xp.linalg.norm(diff.ravel()))
     denominator = max(ref_norm, float(scale.max())) if problem.op == "dot" else ref_norm
     rel = err_norm / denominator if denominator > 0 else err_norm
@@ -202,20 +203,20 @@ def compare(problem: Problem, out, ref: Reference | Any) -> Comparison:
     if rel > bound:
         return Comparison(rel, max_abs, bound, False, False,
                           f"relative error {rel:.3e} exceeds bound {bound:.3e}")
-    return _elementwise(problem, xp, got, ref, scale, finite, rel, max_abs, bound)
+    detail = _outside(problem, got, diff, ref_finite, xp.where(finite, scale, 0.0))
+    return Comparison(rel, max_abs, bound, False, not detail, detail)
 
 
-def _elementwise(problem: Problem, xp, got, ref, scale, finite, rel: float, max_abs: float,
-                 bound: float) -> Comparison:
-    """The element-wise half of :func:`compare`, for a float result within its norm bound."""
-    limits = element_bounds(problem, xp.where(finite, ref, 0.0), xp.where(finite, scale, 0.0))
-    excess = xp.abs(xp.where(finite, got - ref, 0.0)) - limits
+def _outside(problem: Problem, got, diff, ref, scale) -> str:
+    """The element-wise half of :func:`compare` for a float result within its norm bound
+    (``diff`` and ``ref`` zero where the reference is not finite): "" where every element
+    is within :func:`element_bounds`, else which ones are not."""
+    limits = element_bounds(problem, ref, scale)
+    excess = abs(diff) - limits
     outside = int((excess > 0).sum())
     if not outside:
-        return Comparison(rel, max_abs, bound, False, True)
+        return ""
     worst = tuple(int(i) for i in numpy.unravel_index(int(excess.argmax()), excess.shape))
-    return Comparison(rel, max_abs, bound, False, False,
-                      f"{outside} of {excess.size} elements outside their element-wise bound; "
-                      f"worst at {worst}: {float(got[worst]):.6g} where the reference is "
-                      f"{float(ref[worst]):.6g} (allowed {float(limits[worst]):.3g}, scale "
-                      f"{float(scale[worst]):.3g})")
+    return (f"{outside} of {excess.size} elements outside their element-wise bound; worst at "
+            f"{worst}: {float(got[worst]):.6g} where the reference is {float(ref[worst]):.6g} "
+            f"(allowed {float(limits[worst]):.3g}, scale {float(scale[worst]):.3g})")
