@@ -156,6 +156,13 @@ class Backend(abc.ABC):
     def default_config(self, problem: Problem) -> Config:
         return self.configs(problem)[0]
 
+    def check_config(self, problem: Problem, config: Config) -> str | None:
+        """Why ``config``, a Config the caller handed in, cannot run ``problem`` (the
+        parameter, its value and the rule), or None where it can. The default accepts it:
+        a backend whose kernels take a caller's own parameters checks them here, so that a
+        config no kernel can run whole is refused before anything is launched."""
+        return None
+
     def autotuned(self, problem: Problem) -> Config | None:
         """The config an "autotune" config picked for ``problem`` in this process, None where
         none has (or the backend has no such config)."""

@@ -192,6 +192,56 @@ def _tma_splitk_config(bm: int, bn: int, bk: int, split: int, warps: int,
                      num_warps=warps, num_stages=stages)
 
 
+#: the parameters each kind of matmul config must give (the dot's: BLOCK and num_warps)
+_REQUIRED = {None: ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+             "tma": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"),
+             "splitk": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages"),
+             "tma_splitk": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps",
+                            "num_stages")}
+
+
+def _power_of_two(value: Any, least: int) -> bool:
+    return type(value) is int and value >= least and value & (value - 1) == 0
+
+
+def config_fault(problem: Problem, config: Config) -> str | None:
+    """Why ``config`` cannot run ``problem`` whole, or None: its kind is one of this
+    backend's, it gives every parameter its kernels read, tile sizes are powers of two of at
+    least 16 (tl.dot's least; a TMA split-K tile's width may be the sum of two), GROUP_M and
+    SPLIT_K are whole numbers of at least 1, num_warps a power of two up to 32, num_stages at
+    least 1."""
+    if problem.op == "dot":
+        required, least = ("BLOCK", "num_warps"), {"BLOCK": 16}
+    else:
+        kind = config.get("kind")
+        if kind not in _REQUIRED:
+            return (f"kind is {kind!r}: Triton's matmul configs are of kind "
+                    f"{', '.join(repr(k) for k in _REQUIRED)}")
+        required = _REQUIRED[kind]
+        least = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    for name in required:
+        if config.get(name) is None:
+            return f"it gives no {name} (a config of its kind sets {', '.join(required)})"
+    for name, bound in least.items():
+        value = config.get(name)
+        if name == "BLOCK_N" and config.get("kind") == "tma_splitk" and type(value) is int:
+            extra = value - (1 << max(value.bit_length() - 1, 0))
+            if value >= 16 and (extra == 0 or _power_of_two(extra, 16)):
+                continue
+            return (f"BLOCK_N is {value!r}: a TMA split-K tile's width is a power of two of "
+                    "at least 16, or the sum of two")
+        if not _power_of_two(value, bound):
+            return f"{name} is {value!r}: a tile size is a power of two of at least {bound}"
+    for name in ("GROUP_M", "SPLIT_K", "num_stages"):
+        value = config.get(name)
+        if name in required and (type(value) is not int or value < 1):
+            return f"{name} is {value!r}: expected a whole number of at least 1"
+    warps = config.get("num_warps")
+    if not _power_of_two(warps, 1) or warps > 32:
+        return f"num_warps is {warps!r}: expected a power of two from 1 to 32"
+    return None
+
+
 def _tile_count(problem: Problem, bm: int, bn: int) -> int:
     """Output tiles of a BLOCK_M x BLOCK_N grid over every batch entry."""
     return triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn) * problem.batch
@@ -639,6 +689,14 @@ class TritonBackend(Backend):
         return ([Config.of("autotune")]
                 + staging.offered(self, problem, keep=lambda c: c.get("kind") != "tma_splitk")
                 + tiles)
+
+    def check_config(self, problem: Problem, config: Config) -> str | None:
+        """A handed-in config's parameters against the rules every kernel of its kind needs
+        to cover D whole (see :func:`config_fault`)."""
+        if config.name == "autotune" and not config.params:
+            return None
+        return config_fault(problem, staging.inner(config) if staging.is_staged(config)
+                            else config)
 
     # -- matmul -------------------------------------------------------------------------
     def _keep_statics(self, problem: Problem, config: Config, statics: Any) -> Any:

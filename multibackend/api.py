@@ -4,8 +4,10 @@ Semantics every backend shares (and the tests hold them to):
 
 - ``D = alpha * A @ B + beta * C``; A is (M, K) or (batch, M, K), B (K, N) or (batch, K, N),
   a 2-D operand is broadcast over the batch; C is (M, N) or (batch, M, N) of D's dtype.
-- M, N, K may be any size >= 1. K = 0 gives ``beta * C`` (zeros without C), M = 0 or N = 0
-  an empty result; these are answered here without a kernel.
+- M, N, K may be any size >= 1. K = 0 gives ``beta * C`` (zeros without C; saturated where
+  asked), M, N or a batch of 0 an empty result; these are answered here without a kernel,
+  under the rules a kernel's call keeps (a named backend must be able to run here, options
+  must be ones some backend computes).
 - Integer inputs give int32 and take integer alpha and beta; fp8 inputs give float32.
 - NaN and Inf in the inputs propagate as IEEE arithmetic says (0 * Inf = NaN, Inf - Inf =
   NaN, a NaN anywhere in a row of A or column of B poisons that output), the same in every
@@ -26,10 +28,10 @@ from . import autotune as first_call
 from . import plans
 from .arrays import capturing, on_stream, to_kind
 from .dispatch import BASELINE, Decision, decide, shape_free, verdict
-from .errors import CaptureError, InvalidArgument, UnsupportedProblem
+from .errors import BackendUnavailable, CaptureError, InvalidArgument, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY
-from .request import Call, dot_call, matmul_call
+from .request import Call, check_out_separate, dot_call, matmul_call
 
 BITOPS = ("xor", "and")
 
@@ -42,17 +44,44 @@ def execute(call: Call, decision: Decision) -> None:
         backend.run(call.problem, call.operands, decision.config)
 
 
-def _trivial(call: Call) -> bool:
-    """Answer empty and K = 0 problems without a kernel; True when done."""
-    p, ops = call.problem, call.operands
-    if p.m and p.n and p.k:
-        return False
+def _check_trivial(problem: Problem, backend: str | None, config: Any) -> None:
+    """A problem answered without a kernel keeps the rules a kernel's call keeps: a named
+    backend must be able to run its like with one row, column, step of K and batch entry
+    (the error it would raise), a config must be one of that backend's, and under ``auto``
+    some backend must compute its dtypes and options at all."""
+    probe = problem.with_(m=max(problem.m, 1), n=max(problem.n, 1), k=max(problem.k, 1),
+                          batch=max(problem.batch, 1))
+    if backend not in (None, "auto"):
+        decide(probe, backend, None)
+        _resolve_config(probe, backend, config)
+        return
+    _resolve_config(probe, backend, config)
+    refusals = [reason for name in REGISTRY.names
+                if (impl := REGISTRY.get(name)) is not None
+                and (reason := impl.supports(probe)) is not None]
+    if len(refusals) == len(REGISTRY.names):
+        listing = "; ".join(f"{r.backend}: {r.message}" for r in refusals)
+        raise UnsupportedProblem(f"{problem.op}: no backend computes {probe.describe()} "
+                                 f"at any size: {listing}", refusals)
+
+
+def _answer_trivial(call: Call) -> None:
+    """D of an empty or K = 0 problem: ``beta * C`` (zeros without C), saturated where the
+    call asks (NaN to 0, +-Inf to the largest finite value)."""
+    ops = call.operands
+    if not ops.d.numel():
+        return
     with on_stream(ops.stream, call.device):
-        if ops.d.numel() and ops.c is not None and ops.beta != 0:
-            ops.d.copy_(ops.c * ops.beta)
-        elif ops.d.numel():
+        if ops.c is not None and ops.beta != 0:  # floats scaled in float64, rounded once
+            ops.d.copy_(ops.c.double() * ops.beta if ops.c.is_floating_point()
+                        else ops.c * ops.beta)
+            if call.problem.saturate and ops.d.is_floating_point():
+                import torch
+
+                big = torch.finfo(ops.d.dtype).max
+                torch.nan_to_num_(ops.d, nan=0.0, posinf=big, neginf=-big)
+        else:
             ops.d.zero_()
-    return True
 
 
 def _finish(call: Call) -> Any:
@@ -80,11 +109,14 @@ def _resolve_config(problem: Problem, backend: str | None, config: Any) -> Confi
     if backend in (None, "auto"):
         raise InvalidArgument(f"{op}: config is {config!r} but backend is 'auto': a config "
                               "belongs to one backend, so name the backend too")
+    impl = REGISTRY.get(backend)
     if isinstance(config, Config):
+        fault = impl.check_config(problem, config) if impl is not None else None
+        if fault is not None:
+            raise InvalidArgument(f"{op}: config is {config.name!r}: {fault}")
         return config
     if not isinstance(config, str):
         raise InvalidArgument(f"{op}: config is {config!r}: expected a Config or a config name")
-    impl = REGISTRY.get(backend)
     offered = impl.configs(problem) if impl is not None else []
     for candidate in offered:
         if candidate.name == config:
@@ -167,6 +199,8 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
     if fast[0] is not None:
         return fast[0]
     if _records_grad(A, B, C):  # autograd records the registered operator
+        if backend not in (None, "auto"):
+            REGISTRY.check_name(backend, "matmul")
         return _recorded(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                          acc_dtype=acc_dtype, precision=precision, saturate=saturate,
                          dtype=dtype, backend=backend, config=config, autotune=autotune)
@@ -322,14 +356,19 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     if adapted is None:
         return None, None, None
     kind, tensors = adapted
-    plan_key = plans.key(kind, tensors, options)
     try:
+        plan_key = plans.key(kind, tensors, options)
         plan = plans.lookup(plan_key)
     except TypeError:  # an unhashable option
+        return None, None, None
+    except RuntimeError:  # a tensor without a data pointer (sparse): the full path words it
         return None, None, None
     if plan is not None:
         if plan.produce is None and options[0] != "dot" and _records_grad(*tensors[:3]):
             return None, None, None
+        if tensors[3] is not None:  # the key holds no addresses: out checked apart each call
+            check_out_separate(options[0], tensors[3],
+                               {"A": tensors[0], "B": tensors[1], "C": tensors[2]})
         return plan.run(tensors), None, None
     return None, plan_key, fam_key
 
@@ -344,6 +383,16 @@ def _refuse_capture(call: Call) -> None:
                            "strides, dtypes, options) before capturing")
 
 
+def _autotune_mode(autotune: Any, backend: str | None, op: str) -> str | None:
+    """First-call autotuning's timing mode for a call (None: off). Only ``auto`` autotunes;
+    with a named backend a given ``autotune`` is still checked, and then unused."""
+    if backend in (None, "auto"):
+        return first_call.mode_of(autotune, op)
+    if autotune is not None:
+        first_call.mode_of(autotune, op)
+    return None
+
+
 def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
             mode: str | None) -> Decision:
     """The decision for the call, after timing the backends first when first-call
@@ -354,9 +403,10 @@ def _decide(call: Call, backend: str | None, config: Any, rerun: Any,
         accepted = [v.backend for v in decision.verdicts if v.accepted]
         accepted.sort(key=lambda name: name != BASELINE)
         entry = first_call.measure(call, accepted, mode, rerun, REGISTRY)
-        first_call.STORE.put(call.problem, mode, entry)
-        decision = decide(call.problem, backend, explicit, autotune=mode)
-    if decision.backend is None:  # autotuning asked for where it cannot measure
+        if entry is not None:
+            first_call.STORE.put(call.problem, mode, entry)
+            decision = decide(call.problem, backend, explicit, autotune=mode)
+    if decision.backend is None:  # autotuning asked for where it cannot measure (no GPU)
         decision = decide(call.problem, backend, explicit)
     return decision
 
@@ -371,10 +421,12 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
     front may serve its plan (:func:`multibackend.plans.hand_over_exact`)."""
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
-    if _trivial(call):
+    mode = _autotune_mode(autotune, backend, call.problem.op)
+    if call.problem.trivial:
+        _check_trivial(call.problem, backend, config)
+        _answer_trivial(call)
         return _finish(call)
     _refuse_capture(call)
-    mode = first_call.mode_of(autotune, call.problem.op) if backend in (None, "auto") else None
     decision = _decide(call, backend, config, rerun, mode)
     execute(call, decision)
     plan_key, fam_key = keys
@@ -458,6 +510,14 @@ def _dot_served(x: Any, y: Any, backend: Any, autotune: Any, options: dict) -> A
 dot.__signature__ = inspect.signature(_dot)
 
 
+def _given(alpha: Any, saturate: Any, **others: Any) -> list[str]:
+    """The names of the options given other than their defaults (alpha 1, saturate False,
+    the others None)."""
+    named = [name for name, value in others.items() if value is not None]
+    named += ["alpha"] * (type(alpha) not in (int, float) or alpha != 1)
+    return named + ["saturate"] * (saturate is not False)
+
+
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",
             autotune: Any = None, alpha: Any = 1.0, beta: Any = None, out: Any = None,
             out_dtype: Any = None, acc_dtype: Any = None, precision: str | None = None,
@@ -467,15 +527,19 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     backend's accept/reject reason (print it, or ``.to_dict()``).
 
     With B None, A is taken to be a :class:`~multibackend.problem.Problem`. For a 1-D A and
-    B the decision is dot's, which takes ``acc_dtype`` only."""
+    B the decision is dot's, which takes ``acc_dtype`` only. Where the call would raise
+    because no backend (or not the one named) can run the problem here, the decision has no
+    backend, rule "none", and that error's words."""
     if B is None and isinstance(A, Problem):
+        given = _given(alpha, saturate, C=C, beta=beta, out=out, out_dtype=out_dtype,
+                       acc_dtype=acc_dtype, precision=precision, dtype=dtype)
+        if given:
+            raise InvalidArgument(f"explain: A is a Problem, which holds every option, so "
+                                  f"{', '.join(given)} cannot be given with it")
         problem = A
     elif getattr(A, "ndim", None) == 1:
-        given = {"C": C, "beta": beta, "out": out, "out_dtype": out_dtype,
-                 "precision": precision, "dtype": dtype}
-        extra = [name for name, value in given.items() if value is not None]
-        extra += ["alpha"] * (type(alpha) not in (int, float) or alpha != 1)
-        extra += ["saturate"] * (saturate is not False)
+        extra = _given(alpha, saturate, C=C, beta=beta, out=out, out_dtype=out_dtype,
+                       precision=precision, dtype=dtype)
         if extra:
             raise InvalidArgument(f"explain: x is 1-D, so this is a dot, which takes no "
                                   f"{', '.join(extra)} (dot takes acc_dtype only)")
@@ -487,13 +551,14 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, problem.op)
     verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
-    if not (problem.m and problem.n and problem.k):
+    if problem.trivial:
         return Decision(problem, None, None, "trivial",
-                        "M, N or K is 0: answered without a kernel (K = 0 gives beta * C, "
-                        "zeros without C; M = 0 or N = 0 an empty result)", verdicts)
+                        "M, N, K or the batch is 0: answered without a kernel (K = 0 gives "
+                        "beta * C, zeros without C; M, N or the batch 0 an empty result)",
+                        verdicts)
     explicit = _resolve_config(problem, backend, config)
-    mode = first_call.mode_of(autotune, problem.op) if backend in (None, "auto") else None
+    mode = _autotune_mode(autotune, backend, problem.op)
     try:
         return decide(problem, backend, explicit, autotune=mode)
-    except UnsupportedProblem as exc:
+    except (UnsupportedProblem, BackendUnavailable) as exc:  # the call's error, as the answer
         return Decision(problem, None, None, "none", str(exc), verdicts)

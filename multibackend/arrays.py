@@ -44,34 +44,13 @@ def _module_of(x: Any) -> str:
 
 
 def adapt(x: Any, name: str, op: str) -> Adapted:
-    """View ``x`` as a torch tensor; raise naming ``name`` when it is not an array."""
-    torch = _torch()
-    if x is None:
-        raise InvalidType(f"{op}: {name} is None: expected an array (CuPy, torch, NumPy, "
-                          "DLPack or __cuda_array_interface__)")
-    if isinstance(x, torch.Tensor):
-        tensor, kind = x, "torch"
-    elif _module_of(x) == "cupy":
-        tensor, kind = torch.from_dlpack(x), "cupy"
-    elif _module_of(x) == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype"):
-        import numpy as np
-
-        arr = np.asarray(x)
-        if any(stride < 0 for stride in arr.strides):
-            arr = np.ascontiguousarray(arr)  # torch views no negative strides
-        try:
-            tensor = torch.from_numpy(arr)
-        except TypeError as exc:
-            raise InvalidArgument(f"{op}: {name} is a NumPy array of dtype {arr.dtype}: "
-                                  f"not a dtype multibackend serves ({exc})") from None
-        kind = "numpy"
-    elif hasattr(x, "__dlpack__"):
-        tensor, kind = torch.from_dlpack(x), "dlpack"
-    elif hasattr(x, "__cuda_array_interface__"):
-        tensor, kind = torch.as_tensor(x, device="cuda"), "cai"
-    else:
-        raise InvalidType(f"{op}: {name} is a {type(x).__name__}: expected an array (CuPy, "
-                          "torch, NumPy, DLPack or __cuda_array_interface__)")
+    """View ``x`` as a torch tensor; raise naming ``name`` when it is not an array, or not
+    one whose memory holds its values densely (a sparse tensor, NumPy's masked elements)."""
+    tensor, kind = _as_tensor(x, name, op)
+    if tensor.layout != _torch().strided:
+        raise InvalidArgument(f"{op}: {name} is a {str(tensor.layout).replace('torch.', '')} "
+                              f"tensor: kernels read dense (strided) arrays; pass "
+                              f"{name}.to_dense()")
     name_of_dtype = dtypes.of_array(tensor.dtype)
     if name_of_dtype is None:
         raise InvalidArgument(f"{op}: {name} is {tuple(tensor.shape)} "
@@ -80,6 +59,61 @@ def adapt(x: Any, name: str, op: str) -> Adapted:
                               "packed bits go through pack_bits and binary_matmul, packed "
                               "int4 through pack_int4)")
     return Adapted(tensor, kind, name_of_dtype)
+
+
+def _as_tensor(x: Any, name: str, op: str) -> tuple[Any, str]:
+    """``x`` as a torch tensor, and the kind of array it came as."""
+    torch = _torch()
+    if x is None:
+        raise InvalidType(f"{op}: {name} is None: expected an array (CuPy, torch, NumPy, "
+                          "DLPack or __cuda_array_interface__)")
+    if isinstance(x, torch.Tensor):
+        if x.is_neg():  # a lazily negated view: its memory holds the values' negation
+            if name == "out":
+                raise InvalidArgument(f"{op}: out has torch's negation bit set (a lazily "
+                                      "negated view): D would be written negated; pass a "
+                                      "tensor without it (out.resolve_neg())")
+            return x.resolve_neg(), "torch"
+        return x, "torch"
+    if _module_of(x) == "cupy":
+        return torch.from_dlpack(x), "cupy"
+    if _module_of(x) == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype"):
+        return _from_numpy(x, name, op), "numpy"
+    if hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__"):
+        try:  # the result of such a call comes back as a CuPy array
+            import cupy  # noqa: F401
+        except ImportError:
+            raise InvalidType(f"{op}: {name} is a {type(x).__name__} (DLPack or CUDA array "
+                              "interface): results for such arrays come back as CuPy arrays, "
+                              "and CuPy is not installed; pass torch tensors or CuPy "
+                              "arrays") from None
+        if hasattr(x, "__dlpack__"):
+            return torch.from_dlpack(x), "dlpack"
+        return torch.as_tensor(x, device="cuda"), "cai"
+    raise InvalidType(f"{op}: {name} is a {type(x).__name__}: expected an array (CuPy, "
+                      "torch, NumPy, DLPack or __cuda_array_interface__)")
+
+
+def _from_numpy(x: Any, name: str, op: str) -> Any:
+    """A NumPy array as a torch tensor: negative strides and a byte order other than the
+    machine's copied away; masked elements, and a read-only ``out``, refused."""
+    import numpy as np
+
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise InvalidArgument(f"{op}: {name} is a masked NumPy array with masked elements: "
+                              f"kernels read every element; pass {name}.filled(value)")
+    arr = np.asarray(x)
+    if name == "out" and not arr.flags.writeable:
+        raise InvalidArgument(f"{op}: out is a read-only NumPy array: D is written into out")
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    if any(stride < 0 for stride in arr.strides):
+        arr = np.ascontiguousarray(arr)  # torch views no negative strides
+    try:
+        return _torch().from_numpy(arr)
+    except TypeError as exc:
+        raise InvalidArgument(f"{op}: {name} is a NumPy array of dtype {arr.dtype}: "
+                              f"not a dtype multibackend serves ({exc})") from None
 
 
 def check_same_place(op: str, named: dict[str, Adapted]) -> None:
@@ -112,6 +146,9 @@ def scalar(value: Any, name: str, op: str, *, integer: bool) -> float | int:
         if float(item) != int(item):
             raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
                                   "type: integer outputs take integer alpha and beta")
+        if not -2**31 <= int(item) < 2**31:
+            raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
+                                  "type: integer alpha and beta are int32 (-2**31..2**31-1)")
         return int(item)
     return float(item)
 

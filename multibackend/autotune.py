@@ -88,9 +88,7 @@ class Store:
         def whole(data: bytes) -> bool:
             try:
                 entries = json.loads(data).get("entries")
-                return isinstance(entries, dict) and all(
-                    isinstance(e.get("backend"), str) and isinstance(e["config"]["name"], str)
-                    for e in entries.values())
+                return isinstance(entries, dict) and all(map(_entry_whole, entries.values()))
             except (ValueError, AttributeError, KeyError, TypeError):
                 return False
 
@@ -118,6 +116,18 @@ class Store:
 STORE = Store()
 
 
+def _entry_whole(entry: Any) -> bool:
+    """Whether a stored entry holds every field dispatch and :func:`describe` read: a file
+    with one that does not is removed and measured again."""
+    timings = entry.get("timings_ms")
+    return (isinstance(entry.get("backend"), str) and isinstance(entry["config"]["name"], str)
+            and isinstance(entry.get("mode"), str)
+            and isinstance(entry.get("spread"), (int, float))
+            and isinstance(timings, dict) and bool(timings)
+            and all(isinstance(k, str) and isinstance(v, (int, float)) and v > 0
+                    for k, v in timings.items()))
+
+
 def describe(entry: dict) -> str:
     """The figures behind an autotuned choice, for ``explain()``."""
     base = entry.get("baseline_ms")
@@ -134,14 +144,17 @@ def describe(entry: dict) -> str:
 
 
 def measure(call: Any, accepted: list[str], mode: str,
-            rerun: Callable[[str, Config, Any], Any], registry: Any) -> dict:
+            rerun: Callable[[str, Config, Any], Any], registry: Any) -> dict | None:
     """Time ``accepted`` backends' shortlists on ``call``'s operands (through ``rerun``: the
-    public call with ``backend=name, config=config, out=out``) and return the entry."""
+    public call with ``backend=name, config=config, out=out``) and return the entry; None
+    for operands on the host (Triton's interpreter), where nothing can be timed."""
     from . import reference
     from .arrays import adapt
     from .crosscheck import poison, reference_for
     from .timing import time_interleaved
 
+    if call.device.type != "cuda":
+        return None
     problem = call.problem
     ref = reference_for(call)
     runs: dict[str, Callable[[], Any]] = {}

@@ -14,23 +14,37 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .errors import CacheUnusable
+
 
 def cache_root() -> Path:
-    """The root cache directory (created on first use)."""
+    """The root cache directory (created on first use); raises
+    :class:`~multibackend.errors.CacheUnusable`, naming where it comes from, where it cannot
+    be made."""
     env = os.environ.get("MULTIBACKEND_CACHE_DIR")
     if env:
-        root = Path(env)
+        root, source = Path(env), f"MULTIBACKEND_CACHE_DIR is {env!r}"
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = Path(base) / "multibackend"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+        source = f"the user cache directory is {str(root)!r}"
+    return _made(root, source)
 
 
 def cache_dir(kind: str) -> Path:
     """A sub-directory of the cache for one kind of artifact (``"raw_wmma"``, ``"cutlass"``...)."""
-    path = cache_root() / kind
-    path.mkdir(parents=True, exist_ok=True)
+    root = cache_root()
+    return _made(root / kind, f"the cache directory {str(root)!r} holds {kind!r}")
+
+
+def _made(path: Path, source: str) -> Path:
+    """``path``, a directory made if need be; CacheUnusable naming ``source`` where not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CacheUnusable(f"{source}: the cache cannot be made there ({exc.strerror or exc}: "
+                            f"{exc.filename or path}); point MULTIBACKEND_CACHE_DIR at a "
+                            "writable directory") from None
     return path
 
 

@@ -146,12 +146,16 @@ def cmd_tune(args: argparse.Namespace) -> int:
                  mode=args.mode, max_configs=args.max_configs, quick=args.quick,
                  timeout_s=args.timeout, max_workers=args.jobs, gpus=args.gpus,
                  scheduler=args.scheduler)
+    if not table["entries"]:
+        print(f"tune: no problem was measured (see above); {args.out} not written",
+              file=sys.stderr)
+        return 1
     if args.merge and os.path.exists(args.out):
         table = merge(read_table(args.out), table)
     path = save_table(table, args.out)
     print(f"tuning table: {path} ({len(table['entries'])} entries); use it with "
           f"MULTIBACKEND_TUNING={path} or multibackend.load_tuning({str(path)!r})")
-    return 0 if table["entries"] else 1
+    return 0
 
 
 def _gpus(text: str) -> int | str:
@@ -225,5 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--out-dir", default="benchmark-report", help="where the PNGs go")
     report.add_argument("--json", help="also write the bars' figures to this JSON file")
     args = parser.parse_args(argv)
-    return {"info": cmd_info, "check": cmd_check, "tune": cmd_tune,
-            "report": cmd_report}[args.command](args)
+    for option in ("json", "out"):  # a file written at the end: its folder checked first
+        target = getattr(args, option, None)
+        folder = os.path.dirname(os.path.abspath(target)) if target else None
+        if folder and not os.path.isdir(folder):
+            parser.error(f"--{option} {target}: the folder {folder} does not exist")
+    if args.command == "tune" and args.max_configs is not None and args.max_configs < 1:
+        parser.error(f"--max-configs {args.max_configs}: expected at least 1")
+    from .errors import MultibackendError
+
+    try:
+        return {"info": cmd_info, "check": cmd_check, "tune": cmd_tune,
+                "report": cmd_report}[args.command](args)
+    except MultibackendError as exc:  # a bad argument or setting: its message, no traceback
+        parser.exit(2, f"{parser.prog} {args.command}: error: {exc}\n")

@@ -153,10 +153,13 @@ def prebuild(problems: list[Problem]) -> None:
                 pass
 
 
-def crosscheck_call(call: Call, backends: tuple[str, ...] | None = None, *,
+def crosscheck_call(call: Call, backends: tuple[str, ...] | str | None = None, *,
                     time_it: bool = True) -> Report:
-    """Cross-check a validated call on ``backends`` (default: all) plus cuBLAS."""
-    names = backends or REGISTRY.names
+    """Cross-check a validated call on ``backends`` (names, or one name; default: all)
+    plus cuBLAS."""
+    names = (backends,) if isinstance(backends, str) else tuple(backends or REGISTRY.names)
+    for name in names:
+        REGISTRY.check_name(name, call.problem.op)
     if "cublas" not in names:
         names = tuple(names) + ("cublas",)
     ref = reference_for(call)
@@ -172,7 +175,7 @@ def crosscheck_call(call: Call, backends: tuple[str, ...] | None = None, *,
     return report
 
 
-def crosscheck(A: Any, B: Any, C: Any = None, *, backends: tuple[str, ...] | None = None,
+def crosscheck(A: Any, B: Any, C: Any = None, *, backends: tuple[str, ...] | str | None = None,
                time_it: bool = True, **kwargs: Any) -> Report:
     """Cross-check ``matmul(A, B, C, **kwargs)`` (or ``dot`` for 1-D A and B) on every
     backend that supports it, against float64 and cuBLAS; returns a :class:`Report`."""

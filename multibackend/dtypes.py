@@ -71,10 +71,11 @@ def canonical(dtype: object, *, what: str = "dtype") -> str:
     if isinstance(dtype, DType):
         return dtype.name
     text = str(dtype)
-    for prefix in ("torch.", "dtype('", "<class 'numpy."):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    text = text.rstrip("')>").lower()
+    for prefix, suffix in (("torch.", ""), ("dtype('", "')"), ("<class 'numpy.", "'>")):
+        if text.startswith(prefix) and text.endswith(suffix):
+            text = text[len(prefix):len(text) - len(suffix)]
+            break
+    text = text.lower()
     text = _ALIASES.get(text, text)
     if text not in DTYPES:
         known = ", ".join(DTYPES)
@@ -92,10 +93,11 @@ def of_array(dtype: object) -> str | None:
     """The canonical name of an array's element type (torch's, NumPy's or CuPy's), or None
     when multibackend serves no array of that type."""
     text = str(dtype)
-    for prefix in ("torch.", "dtype('", "<class 'numpy."):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    text = text.rstrip("')>").lower()
+    for prefix, suffix in (("torch.", ""), ("dtype('", "')"), ("<class 'numpy.", "'>")):
+        if text.startswith(prefix) and text.endswith(suffix):
+            text = text[len(prefix):len(text) - len(suffix)]
+            break
+    text = text.lower()
     return text if text in ARRAY else None
 
 

@@ -41,3 +41,7 @@ class KernelRefused(MultibackendError, RuntimeError):
 class CaptureError(MultibackendError, RuntimeError):
     """A call that must plan (validate, dispatch, compile, autotune, allocate caches) was made
     while a CUDA graph is being captured, where none of that can run."""
+
+
+class CacheUnusable(MultibackendError, OSError):
+    """The user cache directory cannot be made or written (a file in its place, no rights)."""

@@ -77,8 +77,10 @@ struct Operand {
   int64_t offset;  // data pointer modulo 256 (its alignment)
 
   bool is(const at::Tensor& t) const {
+    // a tensor with torch's lazy negation bit is another call: the Python path resolves it
     return t.scalar_type() == type && t.sizes().equals(sizes) && t.strides().equals(strides) &&
-           static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.const_data_ptr()) & 255) == offset;
+           static_cast<int64_t>(reinterpret_cast<uintptr_t>(t.const_data_ptr()) & 255) == offset &&
+           !t.is_neg();
   }
 };
 

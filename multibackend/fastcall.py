@@ -22,7 +22,8 @@ It is built against the installed torch, on first use, with the C++ compiler (``
 ``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location and
 Python's version; concurrent processes build it once (a lock), and the library is written
 atomically. A failed build is recorded beside it with the compiler's output and not retried
-for that key (:func:`status` says why). ``MULTIBACKEND_FASTCALL=0``, set before the first
+for that key with that compiler (:func:`status` says why); an unusable cache directory leaves
+the front off. ``MULTIBACKEND_FASTCALL=0``, set before the first
 ``matmul`` of torch tensors (which picks the front), turns it off. Without it every call takes
 the Python path, which gives the same results. Unlike torch's bindings, the front keeps the GIL
 through the op (see ``run`` in the source).
@@ -41,6 +42,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import cache
+from .errors import CacheUnusable
 
 #: "0" turns the compiled front off (the Python path serves every call)
 ENV = "MULTIBACKEND_FASTCALL"
@@ -100,6 +102,16 @@ def _paths(key: str) -> tuple[Path, Path, Path]:
     return folder / f"{key}.so", folder / f"{key}.failed", folder / f"{key}.lock"
 
 
+#: the first line of a failure record: the compiler that failed (another one is tried)
+FAILED_WITH = "compiler: "
+
+
+def _failed_with(record: Path) -> str | None:
+    """The compiler a failure record names (None for a record that names none)."""
+    first = record.read_text(errors="replace").partition("\n")[0]
+    return first.removeprefix(FAILED_WITH) if first.startswith(FAILED_WITH) else None
+
+
 def _build(key: str) -> Path | None:
     """The library's path, built unless cached; None (and the reason recorded) when it cannot
     be built."""
@@ -111,10 +123,10 @@ def _build(key: str) -> Path | None:
         try:
             if library.is_file():
                 return library
-            if failed.is_file():
-                _reason[key] = f"its build failed before (see {failed})"
-                return None
             cxx = compiler()
+            if failed.is_file() and _failed_with(failed) == cxx:
+                _reason[key] = f"its build with {cxx} failed before (see {failed})"
+                return None
             if cxx is None:
                 _reason[key] = "no C++ compiler ($CXX, c++ or g++)"
                 return None
@@ -129,7 +141,7 @@ def _build(key: str) -> Path | None:
                 log = (proc.stderr or proc.stdout)[-6000:]
             if proc is None or proc.returncode != 0:
                 partial.unlink(missing_ok=True)
-                cache.atomic_write(failed, log.encode())
+                cache.atomic_write(failed, f"{FAILED_WITH}{cxx}\n{log}".encode())
                 _reason[key] = f"its build failed (the compiler's output: {failed})"
                 return None
             os.replace(partial, library)
@@ -146,7 +158,12 @@ def load(build: bool = True) -> ModuleType | None:
     key = library_key()
     if key in _loaded:
         return _loaded[key]
-    library = _build(key) if build else _paths(key)[0]
+    try:
+        library = _build(key) if build else _paths(key)[0]
+    except CacheUnusable as exc:  # the Python path serves every call; the cache's users say
+        _reason[key] = str(exc)
+        _loaded[key] = None
+        return None
     module = None
     if library is not None and library.is_file():
         try:

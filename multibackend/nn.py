@@ -28,6 +28,7 @@ import torch
 from . import plans
 from .api import matmul
 from .errors import InvalidType
+from .registry import REGISTRY
 
 _F_LINEAR = torch.nn.functional.linear
 _compiling = torch.compiler.is_dynamo_compiling
@@ -112,6 +113,8 @@ def patch(model: torch.nn.Module, *, backend: str | None = "auto") -> torch.nn.M
     backend. Parameters, buffers, hooks and state_dict keys stay as they are. Returns
     ``model``."""
     _check_module(model, "patch")
+    if backend not in (None, "auto"):
+        REGISTRY.check_name(backend, "patch")
     for module in model.modules():
         if type(module) in (torch.nn.Linear, Linear):
             module.__class__ = Linear

@@ -36,7 +36,13 @@ def _check_tensor(name: str, value) -> None:
         raise InvalidType(f"{name} is {type(value).__name__}: a torch tensor is required")
 
 
-def _move_last(t, dim: int):
+def _move_last(t, dim: Any, name: str):
+    """``t`` with axis ``dim`` moved last, and that axis as a non-negative index; raises
+    naming ``name`` (the tensor's argument) for a 0-d tensor or an axis it does not have."""
+    if type(dim) is not int or not -t.dim() <= dim < t.dim():
+        raise InvalidArgument(f"dim is {dim!r} but {name} is {tuple(t.shape)}: dim must be an "
+                              f"axis of {name}, in -{t.dim()}..{t.dim() - 1}" if t.dim() else
+                              f"dim is {dim!r} but {name} is 0-d: packing runs along an axis")
     dim = dim % t.dim()
     return t.movedim(dim, -1), dim
 
@@ -59,7 +65,7 @@ def pack_int4(values: Any, dim: int = -1, *, signed: bool = True) -> Any:
     if values.numel() and (int(values.min()) < lo or int(values.max()) > hi):
         raise InvalidArgument(f"values spans {int(values.min())}..{int(values.max())}: "
                               f"{'int4' if signed else 'uint4'} elements must lie in {lo}..{hi}")
-    t, dim = _move_last(values.to(torch.int16), dim)
+    t, dim = _move_last(values.to(torch.int16), dim, "values")
     t = _pad_last(t, 2) & 0xF
     packed = (t[..., 0::2] | (t[..., 1::2] << 4)).to(torch.uint8)
     return packed.movedim(-1, dim).contiguous()
@@ -73,7 +79,7 @@ def unpack_int4(packed: Any, dim: int = -1, *, signed: bool = True,
     _check_tensor("packed", packed)
     if packed.dtype != torch.uint8:
         raise InvalidArgument(f"packed has dtype {packed.dtype}: packed operands are uint8")
-    t, dim = _move_last(packed.to(torch.int16), dim)
+    t, dim = _move_last(packed.to(torch.int16), dim, "packed")
     out = torch.stack((t & 0xF, t >> 4), dim=-1).flatten(-2)
     if signed:
         out = torch.where(out >= 8, out - 16, out)
@@ -96,7 +102,7 @@ def pack_bits(values: Any, dim: int = -1) -> Any:
         if values.numel() and (int(values.min()) < 0 or int(values.max()) > 1):
             raise InvalidArgument(f"values spans {int(values.min())}..{int(values.max())}: "
                                   "bit elements must be 0 or 1")
-    t, dim = _move_last(values.to(torch.int16), dim)
+    t, dim = _move_last(values.to(torch.int16), dim, "values")
     t = _pad_last(t, 8)
     t = t.reshape(*t.shape[:-1], -1, 8)
     weights = (1 << torch.arange(8, dtype=torch.int16, device=t.device))
@@ -110,7 +116,7 @@ def unpack_bits(packed: Any, dim: int = -1, *, length: int | None = None) -> Any
     _check_tensor("packed", packed)
     if packed.dtype != torch.uint8:
         raise InvalidArgument(f"packed has dtype {packed.dtype}: packed operands are uint8")
-    t, dim = _move_last(packed.to(torch.int16), dim)
+    t, dim = _move_last(packed.to(torch.int16), dim, "packed")
     shifts = torch.arange(8, dtype=torch.int16, device=t.device)
     out = ((t.unsqueeze(-1) >> shifts) & 1).flatten(-2)
     if length is not None:

@@ -153,13 +153,15 @@ _PLANS: dict[tuple, Plan] = {}
 
 def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
     """(kind, torch tensors) when every array is a torch tensor or a CuPy array (None
-    entries kept), else None: other kinds take the full path."""
+    entries kept), else None: other kinds, and tensors with torch's lazy negation bit, take
+    the full path."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor = torch.Tensor
     a, b, c, out = arrays
-    if type(a) is tensor and type(b) is tensor and c is None and out is None:
+    if type(a) is tensor and type(b) is tensor and c is None and out is None and not (
+            a.is_neg() or b.is_neg()):
         return "torch", arrays  # the common call, without the loop
     kind = None
     adapted = []
@@ -168,6 +170,8 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
             adapted.append(None)
             continue
         if isinstance(x, tensor):
+            if x.is_neg():  # torch's lazy negation: the full path resolves it, every call
+                return None
             this = "torch"
         elif type(x).__module__.startswith("cupy"):
             this, x = "cupy", torch.from_dlpack(x)

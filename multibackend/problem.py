@@ -104,6 +104,11 @@ class Problem:
         return int(index or 0)
 
     @property
+    def trivial(self) -> bool:
+        """Whether D takes no product: M, N or the batch is 0 (D is empty) or K is 0."""
+        return not (self.m and self.n and self.k and self.batch)
+
+    @property
     def flops(self) -> int:
         """Arithmetic operations counted the usual way (2 per multiply-add)."""
         return 2 * self.m * self.n * self.k * self.batch

@@ -72,24 +72,31 @@ def batched(t, batch: int) -> Any:
 
 
 def _span(t) -> tuple[int, int]:
-    """The byte range a tensor's elements occupy."""
+    """The byte range a tensor's elements occupy (empty for an empty tensor)."""
     start = t.data_ptr()
-    extent = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
-    return start, start + (extent + 1) * t.element_size()
+    extent = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if not size:
+            return start, start
+        extent += (size - 1) * abs(stride)
+    return start, start + extent * t.element_size()
 
 
-def _check_no_overlap(op: str, named: dict[str, Adapted]) -> None:
-    """``out`` must not share memory with A, B or C (kernels read those while writing D)."""
-    if "out" not in named or named["out"].tensor.numel() == 0:
+def check_out_separate(op: str, out: Any, operands: dict[str, Any]) -> None:
+    """``out`` (a contiguous torch tensor) must not share memory with the torch tensors
+    ``operands`` (A, B and C by name; kernels read those while writing D). Checked on every
+    call, the repeated ones too, so the address ranges are compared first."""
+    if out is None:
         return
-    o_start, o_end = _span(named["out"].tensor)
-    for name in ("A", "B", "C"):
-        if name in named and named[name].tensor.numel():
-            start, end = _span(named[name].tensor)
-            if start < o_end and o_start < end and \
-                    named[name].tensor.device == named["out"].tensor.device:
-                raise InvalidArgument(f"{op}: out shares memory with {name}: out must be a "
-                                      "separate array (D is written while A, B and C are read)")
+    o_start = out.data_ptr()
+    o_end = o_start + out.numel() * out.element_size()
+    for name, t in operands.items():
+        if t is None or o_start == o_end:
+            continue
+        start, end = _span(t)
+        if start < o_end and o_start < end and t.device == out.device:
+            raise InvalidArgument(f"{op}: out shares memory with {name}: out must be a "
+                                  "separate array (D is written while A, B and C are read)")
 
 
 def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
@@ -134,7 +141,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     if a.tensor.dim() == 3 and b.tensor.dim() == 3 and ba != bb and 1 not in (ba, bb):
         raise InvalidArgument(f"{op}: {_desc('A', a)} but {_desc('B', b)}: batch dimensions "
                               "differ")
-    batch = max(ba, bb)
+    batch = bb if ba == 1 else ba  # a batch of one is broadcast, also over a batch of 0
     squeeze = a.tensor.dim() == 2 and b.tensor.dim() == 2
     out_shape = (int(m), int(n)) if squeeze else (batch, int(m), int(n))
 
@@ -186,7 +193,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
             raise InvalidArgument(f"{op}: out has strides {tuple(o.tensor.stride())}: out "
                                   "must be row-major contiguous")
 
-    _check_no_overlap(op, named)
+    check_out_separate(op, named["out"].tensor if "out" in named else None,
+                       {name: named[name].tensor for name in ("A", "B", "C") if name in named})
     user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
     named = _to_gpu_if_host(named)
     device, cc = _device_and_cc([x.tensor for x in named.values()])
@@ -240,6 +248,9 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
                               "the same dtype")
     acc = (dtypes.canonical(acc_dtype, what="dot: acc_dtype") if acc_dtype is not None
            else dtypes.default_accumulator(vx.dtype))
+    if acc not in dtypes.ARRAY:
+        raise InvalidArgument(f"{op}: acc_dtype is {acc_dtype!r}: dot returns its accumulator, "
+                              f"so it must be an array dtype ({', '.join(dtypes.ARRAY)})")
     named = _to_gpu_if_host(named)
     device, cc = _device_and_cc([v.tensor for v in named.values()])
     import torch
@@ -259,5 +270,8 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
 def call_for(A: Any, B: Any, C: Any = None, **kwargs: Any) -> Call:
     """dot's Call for 1-D A (and B), matmul's otherwise."""
     if getattr(A, "ndim", None) == 1:
+        if C is not None:
+            raise InvalidArgument("dot: C is given but x is 1-D, so this is a dot, which takes "
+                                  "no C")
         return dot_call(A, B, **kwargs)
     return matmul_call(A, B, C, **kwargs)

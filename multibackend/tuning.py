@@ -107,14 +107,21 @@ def read_table(path: str | os.PathLike) -> dict:
         table = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise InvalidArgument(f"load_tuning: path {str(path)!r} does not exist") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InvalidArgument(f"load_tuning: {str(path)!r} is not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise InvalidArgument(f"load_tuning: {str(path)!r} cannot be read as a table file: "
+                              f"{exc.strerror or exc}") from None
     if not isinstance(table, dict) or table.get("format") != FORMAT:
         raise InvalidArgument(f"load_tuning: {str(path)!r} has format "
                               f"{table.get('format') if isinstance(table, dict) else None!r}: "
                               f"expected a tuning table of format {FORMAT}")
     if not isinstance(table.get("entries"), dict):
         raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'entries' object")
+    if not isinstance(table.get("environment"), dict):
+        raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'environment' object: a "
+                              "table says where it was measured (GPU, versions), and is used "
+                              "only there")
     for key, entry in table["entries"].items():
         missing = _missing_fields(entry)
         if missing:

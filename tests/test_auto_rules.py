@@ -298,12 +298,18 @@ def test_autotune_without_a_cublas_figure_takes_the_fastest():
     assert autotune.choose({"a": _timing(1.0), "b": _timing(0.9, 0.5)}, "eager") == ("b", 0.03)
 
 
+def _stored(backend: str, config: str) -> dict:
+    """A whole autotune entry (every field dispatch and explain() read)."""
+    return {"backend": backend, "config": {"name": config}, "mode": "eager", "spread": 0.01,
+            "timings_ms": {f"{backend}:{config}": 0.01}}
+
+
 def test_autotune_store_merges_what_other_processes_wrote(tmp_path):
     path = tmp_path / "autotune.json"
     first, second = autotune.Store(path), autotune.Store(path)
     other = synthetic(8, 4096, 4096, "float16", cc=(9, 0))
-    first.put(P, "eager", {"backend": "cublas", "config": {"name": "default"}})
-    second.put(other, "eager", {"backend": "triton", "config": {"name": "autotune"}})
+    first.put(P, "eager", _stored("cublas", "default"))
+    second.put(other, "eager", _stored("triton", "autotune"))
     entries = json.loads(path.read_text())["entries"]
     assert len(entries) == 2
     assert autotune.Store(path).get(other, "eager")["backend"] == "triton"
@@ -314,6 +320,22 @@ def test_autotune_store_entry_without_its_config_is_rebuilt_not_read(tmp_path):
     path.write_text(json.dumps({"format": 1, "entries": {
         f"eager|{P.key}": {"backend": "triton"}}}))
     assert autotune.Store(path).get(P, "eager") is None  # measured again on the next call
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("lacks", ["timings_ms", "mode", "spread"])
+def test_autotune_store_entry_without_what_explain_reads_is_rebuilt(tmp_path, lacks):
+    """An entry that names a backend and config but lacks a field dispatch or explain() read
+    makes the file unusable: removed (the next call measures again), not failed on at every
+    call."""
+    path = tmp_path / "autotune.json"
+    autotune.Store(path).put(P, "eager", _stored("cublas", "default"))
+    assert autotune.Store(path).get(P, "eager")["backend"] == "cublas"
+    table = json.loads(path.read_text())
+    for entry in table["entries"].values():
+        del entry[lacks]
+    path.write_text(json.dumps(table))
+    assert autotune.Store(path).get(P, "eager") is None
     assert not path.exists()
 
 

@@ -351,7 +351,7 @@ def test_turned_off_every_call_takes_the_python_front(monkeypatch):
     assert plans.front() is plans.served
 
 
-def test_a_failed_build_is_recorded_and_not_retried(monkeypatch, tmp_path):
+def test_a_failed_build_is_recorded_and_not_retried_with_that_compiler(monkeypatch, tmp_path):
     counter = tmp_path / "runs"
     failing = tmp_path / "failing-cxx"
     failing.write_text(f"#!/bin/sh\necho run >> {counter}\necho 'no such header' >&2\nexit 1\n")
@@ -368,3 +368,11 @@ def test_a_failed_build_is_recorded_and_not_retried(monkeypatch, tmp_path):
     assert "failed before" in fastcall.status()
     assert counter.read_text().count("run") == 1
     assert not [p for p in record.parent.iterdir() if p.suffix == ".so"]
+    other = tmp_path / "other-cxx"  # another compiler: the record is for the one that failed
+    other.write_text(f"#!/bin/sh\necho other >> {counter}\nexit 1\n")
+    other.chmod(0o755)
+    monkeypatch.setenv("CXX", str(other))
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    assert fastcall.load() is None
+    assert counter.read_text().count("other") == 1 and "build failed" in fastcall.status()
+    assert record.read_text().startswith(f"{fastcall.FAILED_WITH}{other}\n")

@@ -1,0 +1,83 @@
+"""GPU tier for the public calls' contract at its edges, on every backend and on the paths a
+repeated call takes (the remembered plan, the compiled front): an operand with torch's lazy
+negation bit read as its values, an ``out`` that shares memory with an operand refused on
+every call, empty batches answered without a launch, and a handed-in config that cannot
+cover D refused before anything runs."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import multibackend as mb  # noqa: E402
+from multibackend.backends.base import Config  # noqa: E402
+from multibackend.errors import InvalidArgument  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+BACKENDS = ("auto", "cublas", "triton", "raw_wmma", "cutlass")
+
+
+def _ints(shape, seed: int, dtype=torch.float16):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(-3, 4, shape, generator=gen, device="cuda").to(dtype)
+
+
+def _negated(t):
+    """A view equal to the float32 ``t`` whose memory holds ``-t`` (torch's negation bit)."""
+    view = torch.complex(torch.zeros_like(t), -t).conj().imag
+    assert view.is_neg() and torch.equal(view, t)
+    return view
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lazily_negated_operand_is_read_as_its_values_on_every_call(backend):
+    """First call, remembered plan and compiled front alike (five calls): float32 operands
+    (tf32 where a backend rounds to it: small integers are exact there too)."""
+    a, b = _ints((96, 64), 1, torch.float32), _ints((64, 80), 2, torch.float32)
+    options = {"precision": "tf32"} if backend == "raw_wmma" else {}
+    expected = (a.double() @ b.double()).float()
+    for _ in range(5):
+        d = mb.matmul(_negated(a), b, backend=backend, **options)
+        torch.testing.assert_close(d, expected, rtol=0, atol=0)
+        d = mb.matmul(a, _negated(b), backend=backend, **options)
+        torch.testing.assert_close(d, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_sharing_an_operand_is_refused_after_a_plan_was_remembered(backend):
+    a, b = _ints((64, 64), 3), _ints((64, 64), 4)
+    out = torch.empty((64, 64), dtype=torch.float16, device="cuda")
+    for _ in range(2):
+        mb.matmul(a, b, out=out, backend=backend)
+    torch.testing.assert_close(out, (a.double() @ b.double()).half(), rtol=0, atol=0)
+    for alias, name in ((b, "B"), (a, "A")):
+        kept = alias.clone()
+        with pytest.raises(InvalidArgument, match=f"out shares memory with {name}"):
+            mb.matmul(a, b, out=alias, backend=backend)
+        assert torch.equal(alias, kept)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a_shape, b_shape", [((0, 32, 16), (16, 24)), ((32, 16), (0, 16, 24)),
+                                              ((0, 32, 16), (0, 16, 24))])
+def test_a_batch_of_none_launches_nothing(backend, a_shape, b_shape):
+    a, b = _ints(a_shape, 5), _ints(b_shape, 6)
+    for _ in range(2):
+        d = mb.matmul(a, b, backend=backend)
+        assert d.shape == torch.matmul(a, b).shape == (0, 32, 24)
+    torch.cuda.synchronize()
+
+
+def test_a_triton_config_that_cannot_cover_d_is_refused_before_launch():
+    a, b = _ints((40, 24), 7), _ints((24, 17), 8)
+    out = torch.full((40, 17), float("nan"), dtype=torch.float16, device="cuda")
+    config = Config.of("mine", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=0, num_warps=4,
+                       num_stages=1)
+    with pytest.raises(InvalidArgument, match="config is 'mine': GROUP_M is 0"):
+        mb.matmul(a, b, out=out, backend="triton", config=config)
+    assert torch.isnan(out).all()
+    whole = Config.of("mine", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4,
+                      num_stages=1)
+    d = mb.matmul(a, b, out=out, backend="triton", config=whole)
+    torch.testing.assert_close(d, (a.double() @ b.double()).half(), rtol=0, atol=0)

@@ -1,0 +1,375 @@
+"""CPU tier for the public calls' contract at its edges: what a repeated call still checks,
+configs a caller makes, torch's lazy negation, empty batches, products answered without a
+kernel, and settings or cache files that are wrong. Runs without a GPU (Triton's
+interpreter)."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend import cache, fastcall, packing, tuning
+from multibackend.backends.base import Config
+from multibackend.errors import (BackendUnavailable, CacheUnusable, InvalidArgument,
+                                 InvalidType, UnsupportedProblem)
+from multibackend.request import matmul_call
+
+from helpers import poisoned, random_tensor
+
+interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
+                                      reason="runs Triton's interpreter on host tensors")
+
+
+def _pair(m: int, k: int, n: int, seed: int, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    return (random_tensor((m, k), dtype, generator=gen, small_int=True),
+            random_tensor((k, n), dtype, generator=gen, small_int=True))
+
+
+# -- a repeated call keeps the checks of its first ----------------------------------------
+@interpreter_only
+def test_out_sharing_an_operand_is_refused_on_a_repeated_call_too():
+    """The plan a call remembers is keyed by shapes, strides and alignment, not addresses: a
+    later call of that key whose out is B must still be refused, not computed in place."""
+    a, b = _pair(48, 40, 40, 1)
+    c = random_tensor((48, 40), torch.float32, generator=torch.Generator().manual_seed(2))
+    separate = poisoned((40, 40), torch.float32)
+    square_a = random_tensor((40, 40), torch.float32, generator=torch.Generator().manual_seed(3),
+                             small_int=True)
+    first = mb.matmul(square_a, b, out=separate, backend="triton")
+    assert torch.equal(first, square_a.double().matmul(b.double()).float())
+    for out, name, operands in ((b, "B", (square_a, b)), (square_a, "A", (square_a, b))):
+        with pytest.raises(InvalidArgument, match=f"out shares memory with {name}"):
+            mb.matmul(*operands, out=out, backend="triton")
+    with_c = poisoned((48, 40), torch.float32)
+    mb.matmul(a, b, c.clone(), out=with_c, backend="triton")
+    with pytest.raises(InvalidArgument, match="out shares memory with C"):
+        mb.matmul(a, b, c, out=c, backend="triton")
+
+
+# -- configs a caller makes -----------------------------------------------------------------
+@pytest.mark.parametrize("params, words", [
+    ({"GROUP_M": 0}, "GROUP_M is 0: expected a whole number of at least 1"),
+    ({"BLOCK_M": 24}, "BLOCK_M is 24: a tile size is a power of two of at least 16"),
+    ({"BLOCK_K": 8}, "BLOCK_K is 8: a tile size is a power of two of at least 16"),
+    ({"num_warps": 3}, "num_warps is 3: expected a power of two from 1 to 32"),
+    ({"num_stages": 0}, "num_stages is 0"),
+    ({"GROUP_M": None}, "it gives no GROUP_M"),
+    ({"kind": "wide"}, "kind is 'wide'"),
+    ({"kind": "splitk", "SPLIT_K": 0, "GROUP_M": None}, "SPLIT_K is 0"),
+    ({"kind": "tma_splitk", "SPLIT_K": 1, "BLOCK_N": 112, "GROUP_M": None},
+     "BLOCK_N is 112: a TMA split-K tile's width"),
+])
+def test_a_handed_in_triton_config_that_cannot_cover_d_is_refused(params, words):
+    """Nothing is launched, and the error names the config, the parameter and the rule."""
+    base = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 1, "num_warps": 4,
+            "num_stages": 1}
+    config = Config.of("mine", **{k: v for k, v in {**base, **params}.items() if v is not None})
+    a, b = _pair(40, 24, 17, 4)
+    out = poisoned((40, 17), torch.float32)
+    with pytest.raises(InvalidArgument, match=f"config is 'mine': {words}"):
+        mb.matmul(a, b, out=out, backend="triton", config=config)
+    assert torch.isnan(out).all()
+
+
+def test_a_config_without_parameters_is_refused():
+    a, b = _pair(8, 8, 8, 5)
+    with pytest.raises(InvalidArgument, match="config is 'bogus': it gives no BLOCK_M"):
+        mb.matmul(a, b, backend="triton", config=Config("bogus"))
+
+
+def test_every_config_triton_offers_passes_its_own_check(monkeypatch):
+    """The rule refuses no config the backend offers itself, on sm_90 shapes of each kind:
+    skinny (split-K and TMA split-K, widths of two powers), few-tile, large, misaligned (the
+    GPU's candidates, not the interpreter's)."""
+    from multibackend.problem import synthetic
+    from multibackend.registry import REGISTRY
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    triton = REGISTRY.get("triton")
+    seen = 0
+    for dtype in ("float16", "bfloat16", "float32", "int8"):
+        for shape in ((4096, 4096, 4096), (8, 4096, 4096), (1536, 1536, 1536),
+                      (1, 128256, 4096), (128, 128, 65536), (7, 11008, 4095), (33, 17, 9)):
+            problem = synthetic(*shape, dtype, cc=(9, 0))
+            if triton.supports(problem) is not None:
+                continue
+            for config in triton.configs(problem):
+                seen += 1
+                assert triton.check_config(problem, config) is None, config
+    assert seen > 100
+
+
+@interpreter_only
+def test_a_handed_in_config_that_holds_runs_whole():
+    a, b = _pair(40, 24, 17, 6)
+    config = Config.of("mine", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4,
+                       num_stages=1)
+    out = poisoned((40, 17), torch.float32)
+    d = mb.matmul(a, b, out=out, backend="triton", config=config)
+    assert torch.equal(d, a.double().matmul(b.double()).float())
+
+
+# -- torch's lazy negation ---------------------------------------------------------------------
+@interpreter_only
+def test_a_lazily_negated_operand_is_read_as_its_values():
+    """``z.conj().imag`` is a view whose memory holds the negation of its values (torch's
+    negation bit); read raw it gives -(A @ B). Every call, first or repeated, resolves it."""
+    a, b = _pair(16, 8, 12, 7)
+    negated = torch.complex(torch.zeros_like(a), -a).conj().imag
+    assert negated.is_neg() and torch.equal(negated, a)
+    expected = a.double().matmul(b.double()).float()
+    for _ in range(3):
+        assert torch.equal(mb.matmul(negated, b, backend="triton"), expected)
+        assert torch.equal(mb.matmul(a, torch.complex(torch.zeros_like(b), -b).conj().imag,
+                                     backend="triton"), expected)
+    out = torch.complex(torch.zeros(16, 12), torch.zeros(16, 12)).conj().imag
+    with pytest.raises(InvalidArgument, match="out has torch's negation bit set"):
+        mb.matmul(a, b, out=out, backend="triton")
+
+
+# -- empty batches and products answered without a kernel -------------------------------------
+@pytest.mark.parametrize("a_shape, b_shape", [
+    ((0, 2, 3), (3, 4)), ((2, 3), (0, 3, 4)), ((0, 2, 3), (0, 3, 4)), ((1, 2, 3), (0, 3, 4))])
+def test_a_batch_of_none_gives_an_empty_result_like_torch(a_shape, b_shape):
+    a, b = torch.ones(a_shape), torch.ones(b_shape)
+    assert mb.matmul(a, b).shape == torch.matmul(a, b).shape == (0, 2, 4)
+    assert matmul_call(a, b).problem.batch == 0
+    assert mb.explain(a, b).rule == "trivial"
+
+
+def test_k_of_zero_saturates_beta_c_when_asked():
+    c = torch.tensor([[float("nan"), float("inf")], [-float("inf"), 3.0]]).half()
+    empty_a, empty_b = torch.empty(2, 0).half(), torch.empty(0, 2).half()
+    d = mb.matmul(empty_a, empty_b, c, beta=0.5, saturate=True)
+    big = torch.finfo(torch.float16).max
+    assert torch.equal(d, torch.tensor([[0.0, big], [-big, 1.5]]).half())
+    assert torch.equal(mb.matmul(empty_a[:1], empty_b[:, :1], c[1:, 1:].clone(), beta=1e6,
+                                 saturate=True), torch.tensor([[big]]).half())
+    plain = mb.matmul(empty_a, empty_b, c, beta=0.5)
+    assert torch.isnan(plain[0, 0]) and torch.isinf(plain[0, 1])
+
+
+def test_k_of_zero_keeps_the_rules_of_a_real_call():
+    """A config, dtypes no backend computes, an unknown autotune value: refused as they are
+    where K > 0."""
+    empty_a, empty_b = torch.empty(2, 0).half(), torch.empty(0, 2).half()
+    with pytest.raises(InvalidArgument, match="backend is 'auto'"):
+        mb.matmul(empty_a, empty_b, config="nonsense")
+    with pytest.raises(UnsupportedProblem, match="no backend computes .* at any size"):
+        mb.matmul(empty_a, empty_b, acc_dtype="int32")
+    with pytest.raises(UnsupportedProblem, match="not int8"):
+        mb.matmul(empty_a, empty_b, out_dtype="int8")
+    with pytest.raises(InvalidArgument, match="autotune is 'junk'"):
+        mb.matmul(empty_a, empty_b, autotune="junk")
+    with pytest.raises(InvalidArgument, match="autotune is 'junk'"):
+        mb.matmul(empty_a, empty_b, backend="triton", autotune="junk")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_a_named_backend_that_cannot_run_here_is_refused_at_any_k():
+    """matmul raises, also where K = 0; explain answers with the same words."""
+    for k in (0, 3):
+        with pytest.raises(BackendUnavailable, match="backend='cublas' cannot run"):
+            mb.matmul(torch.ones(2, k), torch.ones(k, 2), backend="cublas")
+    decision = mb.explain(torch.ones(2, 3), torch.ones(3, 2), backend="cublas")
+    assert (decision.backend, decision.rule) == (None, "none")
+    assert "backend='cublas' cannot run" in decision.detail
+
+
+def test_k_of_zero_with_an_fp8_product_scales_c():
+    empty_a, empty_b = (torch.empty(2, 0).to(torch.float8_e4m3fn),
+                        torch.empty(0, 2).to(torch.float8_e4m3fn))
+    d = mb.matmul(empty_a, empty_b, torch.full((2, 2), 3.0), beta=-0.5)
+    assert torch.equal(d, torch.full((2, 2), -1.5))
+
+
+# -- arguments named with their rule ----------------------------------------------------------
+@pytest.mark.parametrize("call, words", [
+    (lambda v: packing.pack_int4(v, dim=2), r"dim is 2 but values is \(3, 4\): dim must be an "
+                                            r"axis of values, in -2..1"),
+    (lambda v: packing.pack_int4(v, dim=-3), "dim is -3"),
+    (lambda v: packing.pack_bits(v.clamp(0, 1), dim=7), "dim is 7"),
+    (lambda v: packing.unpack_bits(v.to(torch.uint8), dim=2), "dim is 2 but packed"),
+    (lambda v: packing.pack_int4(v[0, 0]), "values is 0-d"),
+    (lambda v: packing.unpack_int4(v[0, 0].to(torch.uint8)), "packed is 0-d"),
+])
+def test_packing_along_an_axis_the_tensor_lacks_is_an_error(call, words):
+    with pytest.raises(InvalidArgument, match=words):
+        call(torch.zeros(3, 4, dtype=torch.int8))
+
+
+def test_packing_along_every_axis_it_has_round_trips():
+    values = torch.randint(-8, 8, (3, 4), generator=torch.Generator().manual_seed(8))
+    for dim in (0, 1, -1, -2):
+        packed = packing.pack_int4(values, dim=dim)
+        assert torch.equal(packing.unpack_int4(packed, dim=dim, length=values.shape[dim]),
+                           values.to(torch.int8))
+
+
+def test_a_dot_accumulator_must_be_an_array_dtype():
+    with pytest.raises(InvalidArgument, match="acc_dtype is 'bool': dot returns its accumulator"):
+        mb.dot(torch.ones(4), torch.ones(4), acc_dtype="bool")
+
+
+def test_integer_alpha_and_beta_are_int32():
+    a = np.ones((4, 4), np.int8)
+    with pytest.raises(InvalidArgument, match=r"alpha is 18446744073709551616 .* int32"):
+        mb.matmul(a, a, alpha=2**64)
+    with pytest.raises(InvalidArgument, match=r"beta is -2147483649 .* int32"):
+        mb.matmul(a, a, np.zeros((4, 4), np.int32), beta=-2**31 - 1)
+
+
+def test_a_dtype_name_with_stray_characters_is_refused():
+    with pytest.raises(InvalidArgument, match="out_dtype is \"float32'\\)>\\)\\)\""):
+        mb.explain(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32),
+                   out_dtype="float32')>))")
+    from multibackend import dtypes
+
+    assert dtypes.canonical(np.dtype("float16")) == dtypes.canonical(np.float16) == "float16"
+
+
+def test_crosscheck_takes_one_name_and_refuses_c_for_a_dot():
+    from multibackend.request import call_for
+
+    with pytest.raises(InvalidArgument, match="dot: C is given but x is 1-D"):
+        call_for(np.ones(4, np.float32), np.ones(4, np.float32), np.ones(4, np.float32))
+    with pytest.raises(InvalidArgument, match="backend is 'tritonx'"):
+        mb.crosscheck(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32),
+                      backends="tritonx", time_it=False)
+
+
+def test_patch_names_a_bad_backend_at_once():
+    from multibackend import nn
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(InvalidArgument, match="patch: backend is 'magic'"):
+        nn.patch(model, backend="magic")
+    assert type(model[0]) is torch.nn.Linear
+
+
+@interpreter_only
+def test_arrays_whose_memory_is_not_their_values_are_read_or_refused():
+    """Big-endian NumPy data is read as its values; masked elements, a read-only out and a
+    sparse tensor are refused by name."""
+    a = np.arange(16, dtype=">f4").reshape(4, 4)
+    np.testing.assert_array_equal(mb.matmul(a, a, backend="triton"),
+                                  a.astype("<f8") @ a.astype("<f8"))
+    ones = np.ones((4, 4), np.float32)
+    masked = np.ma.masked_array(ones, mask=np.eye(4))
+    with pytest.raises(InvalidArgument, match="A is a masked NumPy array with masked elements"):
+        mb.matmul(masked, ones)
+    np.testing.assert_array_equal(mb.matmul(np.ma.masked_array(ones), ones, backend="triton"),
+                                  ones @ ones)
+    frozen = np.zeros((4, 4), np.float32)
+    frozen.flags.writeable = False
+    with pytest.raises(InvalidArgument, match="out is a read-only NumPy array"):
+        mb.matmul(ones, ones, out=frozen)
+    with pytest.raises(InvalidArgument, match="B is a sparse_coo tensor: .* B.to_dense"):
+        mb.matmul(torch.ones(4, 4), torch.eye(4).to_sparse())
+
+
+class _DLPackOnly:
+    """An array known only by the DLPack protocol."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, **kwargs):
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+def test_a_dlpack_array_without_cupy_is_refused_before_any_work():
+    """Results for DLPack arrays come back as CuPy arrays: without CuPy the call says so up
+    front, instead of failing after the product ran."""
+    try:
+        import cupy  # noqa: F401
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(InvalidType, match="A is a _DLPackOnly .* CuPy is not installed"):
+        mb.matmul(_DLPackOnly(torch.ones(2, 2)), torch.ones(2, 2))
+
+
+def test_explain_of_a_problem_takes_no_options_and_grad_calls_check_the_backend():
+    from multibackend.problem import synthetic
+
+    with pytest.raises(InvalidArgument, match="A is a Problem, .* so alpha, saturate cannot"):
+        mb.explain(synthetic(8, 8, 8, "float16"), alpha=2.0, saturate=True)
+    a = torch.ones((4, 4), requires_grad=True)
+    with pytest.raises(InvalidArgument, match="backend is 5: not a backend name"):
+        mb.matmul(a, torch.ones((4, 4)), backend=5)
+
+
+@interpreter_only
+def test_autotune_on_host_tensors_runs_untimed():
+    """First-call autotuning times on the GPU; on host tensors (Triton's interpreter) the
+    call runs as it would without it, instead of failing in the timer."""
+    a, b = _pair(8, 8, 8, 9)
+    for autotune in (True, "graph"):
+        assert torch.equal(mb.matmul(a, b, autotune=autotune),
+                           a.double().matmul(b.double()).float())
+
+
+# -- settings and cache files -----------------------------------------------------------------
+def test_a_cache_directory_that_cannot_be_made_is_named(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for where in (blocker, blocker / "below"):
+        monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(where))
+        with pytest.raises(CacheUnusable, match=f"MULTIBACKEND_CACHE_DIR is '{where}'"):
+            cache.cache_dir("tuning")
+
+
+def test_an_unusable_cache_leaves_the_compiled_front_off_not_every_call_failing(monkeypatch,
+                                                                                tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(blocker))
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    monkeypatch.setattr(fastcall, "_reason", {})
+    assert fastcall.load() is None
+    assert "MULTIBACKEND_CACHE_DIR" in fastcall.status()
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "cannot be read as a table file"),
+    (b"\xff\xfe\x00junk", "is not valid JSON"),
+    (json.dumps({"format": tuning.FORMAT, "entries": {}}).encode(), "no 'environment' object"),
+    (json.dumps({"format": tuning.FORMAT, "entries": {}, "environment": "h100"}).encode(),
+     "no 'environment' object"),
+])
+def test_a_bad_tuning_table_is_named_with_the_variable(monkeypatch, tmp_path, content, words):
+    path = tmp_path / "table.json"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    monkeypatch.setenv(tuning.ENV_TUNING, str(path))
+    monkeypatch.setattr(tuning, "_TABLES", tuning.TuningTables())
+    with pytest.raises(InvalidArgument, match=f"{tuning.ENV_TUNING} is .*{words}"):
+        tuning.status()
+
+
+# -- the command line --------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (["check", "--json", "/nonexistent-folder/x.json"], "the folder /nonexistent-folder does"),
+    (["report", "/nonexistent-results"], "path '/nonexistent-results' does not exist"),
+    (["tune", "--shape", "8x8x8", "--max-configs", "0", "--out", "t.json"],
+     "--max-configs 0: expected at least 1"),
+])
+def test_the_command_line_words_bad_arguments_without_a_traceback(capsys, argv, words):
+    from multibackend import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
