@@ -191,6 +191,17 @@ def test_a_calibration_win_counts_only_where_it_holds_in_every_mode(monkeypatch)
     assert dispatch.decide(P, registry=_Registry()).backend == "triton"
 
 
+def test_a_calibration_win_within_the_entrys_spread_counts_for_cublas():
+    """Beating torch.matmul by less than the noise the entry measured is a tie, in any
+    mode: 10% (eager) counts with a spread of 3%, 2% and 2.9% do not."""
+    entry = _entry("triton", 512, 4096, 4096)
+    entry["spread"] = 0.03
+    for eager_ms, expected in ((2.0, "triton"), (2.2 / 1.02, "cublas"), (2.2 / 1.029, "cublas")):
+        entry["timings_ms"] = {"graph": {"triton:wide": 1.0, "cublas:default": 1.5},
+                               "eager": {"triton:wide": eager_ms, "cublas:default": 2.2}}
+        assert calibration.winner(entry) == expected, eager_ms
+
+
 def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch):
     registry = _Registry()
     _calibration(monkeypatch)  # none shipped
