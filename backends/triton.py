@@ -207,9 +207,10 @@ def _power_of_two(value: Any, least: int) -> bool:
 def config_fault(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run ``problem`` whole, or None: its kind is one of this
     backend's, it gives every parameter its kernels read, tile sizes are powers of two of at
-    least 16 (tl.dot's least; a TMA split-K tile's width may be the sum of two), GROUP_M and
-    SPLIT_K are whole numbers of at least 1, num_warps a power of two up to 32, num_stages at
-    least 1."""
+    least 16 (the least any config offered has; BLOCK_K at least 32 for 8-bit inputs, the
+    least K of Triton's dot for them; a TMA split-K tile's width may be the sum of two
+    powers), GROUP_M and SPLIT_K are whole numbers of at least 1, num_warps a power of two up
+    to 32, num_stages at least 1."""
     if problem.op == "dot":
         required, least = ("BLOCK", "num_warps"), {"BLOCK": 16}
     else:
@@ -218,7 +219,8 @@ def config_fault(problem: Problem, config: Config) -> str | None:
             return (f"kind is {kind!r}: Triton's matmul configs are of kind "
                     f"{', '.join(repr(k) for k in _REQUIRED)}")
         required = _REQUIRED[kind]
-        least = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+        byte_wide = problem.packed is None and dtypes.get(problem.in_dtype).itemsize == 1
+        least = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32 if byte_wide else 16}
     for name in required:
         if config.get(name) is None:
             return f"it gives no {name} (a config of its kind sets {', '.join(required)})"

@@ -31,7 +31,7 @@ from .dispatch import BASELINE, Decision, decide, shape_free, verdict
 from .errors import BackendUnavailable, CaptureError, InvalidArgument, UnsupportedProblem
 from .problem import Problem
 from .registry import REGISTRY
-from .request import Call, check_out_separate, dot_call, matmul_call
+from .request import Call, dot_call, matmul_call
 
 BITOPS = ("xor", "and")
 
@@ -44,24 +44,38 @@ def execute(call: Call, decision: Decision) -> None:
         backend.run(call.problem, call.operands, decision.config)
 
 
+#: capability rules about sizes, layouts and alignment: an empty or K = 0 product, which no
+#: kernel runs, is not held to them
+_SHAPE_RULES = frozenset({"shape", "size", "alignment", "layout", "batch"})
+
+
 def _check_trivial(problem: Problem, backend: str | None, config: Any) -> None:
-    """A problem answered without a kernel keeps the rules a kernel's call keeps: a named
-    backend must be able to run its like with one row, column, step of K and batch entry
-    (the error it would raise), a config must be one of that backend's, and under ``auto``
-    some backend must compute its dtypes and options at all."""
+    """A problem answered without a kernel keeps the rules of a kernel's call but those about
+    sizes and layout: a named backend must be able to run here and take its dtypes and
+    options, a config must be one it could take, and under ``auto`` some backend must
+    compute those dtypes and options at all. Each is checked on the problem with one row,
+    column, step of K and batch entry where it has none."""
     probe = problem.with_(m=max(problem.m, 1), n=max(problem.n, 1), k=max(problem.k, 1),
                           batch=max(problem.batch, 1))
-    if backend not in (None, "auto"):
-        decide(probe, backend, None)
-        _resolve_config(probe, backend, config)
-        return
-    _resolve_config(probe, backend, config)
+    named = backend not in (None, "auto")
+    if config is not None and (not named or not isinstance(config, str)):
+        _resolve_config(probe, backend, config)  # a config's name is not checked: none runs
+    if named:
+        found = verdict(probe, backend)
+        if found.accepted or found.reason.rule in _SHAPE_RULES:
+            return
+        text = (f"{problem.op}: backend={backend!r} cannot run {problem.describe()}: "
+                f"{found.reason.message} (rule: {found.reason.rule})")
+        if REGISTRY.availability(backend) is not None:
+            raise BackendUnavailable(text)
+        raise UnsupportedProblem(text, [found.reason])
     refusals = [reason for name in REGISTRY.names
                 if (impl := REGISTRY.get(name)) is not None
-                and (reason := impl.supports(probe)) is not None]
+                and (reason := impl.supports(probe)) is not None
+                and reason.rule not in _SHAPE_RULES]
     if len(refusals) == len(REGISTRY.names):
         listing = "; ".join(f"{r.backend}: {r.message}" for r in refusals)
-        raise UnsupportedProblem(f"{problem.op}: no backend computes {probe.describe()} "
+        raise UnsupportedProblem(f"{problem.op}: no backend computes {problem.describe()} "
                                  f"at any size: {listing}", refusals)
 
 
@@ -367,8 +381,7 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
         if plan.produce is None and options[0] != "dot" and _records_grad(*tensors[:3]):
             return None, None, None
         if tensors[3] is not None:  # the key holds no addresses: out checked apart each call
-            check_out_separate(options[0], tensors[3],
-                               {"A": tensors[0], "B": tensors[1], "C": tensors[2]})
+            plan.check_out(options[0], tensors)
         return plan.run(tensors), None, None
     return None, plan_key, fam_key
 
@@ -551,13 +564,17 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, problem.op)
     verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
+    mode = _autotune_mode(autotune, backend, problem.op)
     if problem.trivial:
+        try:
+            _check_trivial(problem, backend, config)
+        except (UnsupportedProblem, BackendUnavailable) as exc:  # the call's error
+            return Decision(problem, None, None, "none", str(exc), verdicts)
         return Decision(problem, None, None, "trivial",
                         "M, N, K or the batch is 0: answered without a kernel (K = 0 gives "
                         "beta * C, zeros without C; M, N or the batch 0 an empty result)",
                         verdicts)
     explicit = _resolve_config(problem, backend, config)
-    mode = _autotune_mode(autotune, backend, problem.op)
     try:
         return decide(problem, backend, explicit, autotune=mode)
     except (UnsupportedProblem, BackendUnavailable) as exc:  # the call's error, as the answer

@@ -61,6 +61,10 @@ def adapt(x: Any, name: str, op: str) -> Adapted:
     return Adapted(tensor, kind, name_of_dtype)
 
 
+#: the operands whose kind is the result's (matmul's A, dot's x)
+RESULT_KIND = ("A", "x")
+
+
 def _as_tensor(x: Any, name: str, op: str) -> tuple[Any, str]:
     """``x`` as a torch tensor, and the kind of array it came as."""
     torch = _torch()
@@ -80,13 +84,14 @@ def _as_tensor(x: Any, name: str, op: str) -> tuple[Any, str]:
     if _module_of(x) == "numpy" and hasattr(x, "shape") and hasattr(x, "dtype"):
         return _from_numpy(x, name, op), "numpy"
     if hasattr(x, "__dlpack__") or hasattr(x, "__cuda_array_interface__"):
-        try:  # the result of such a call comes back as a CuPy array
-            import cupy  # noqa: F401
-        except ImportError:
-            raise InvalidType(f"{op}: {name} is a {type(x).__name__} (DLPack or CUDA array "
-                              "interface): results for such arrays come back as CuPy arrays, "
-                              "and CuPy is not installed; pass torch tensors or CuPy "
-                              "arrays") from None
+        if name in RESULT_KIND:  # the call's result comes back as a CuPy array
+            try:
+                import cupy  # noqa: F401
+            except ImportError:
+                raise InvalidType(f"{op}: {name} is a {type(x).__name__} (DLPack or CUDA "
+                                  "array interface): the result then comes back as a CuPy "
+                                  "array, and CuPy is not installed; pass a torch tensor or "
+                                  "a CuPy array") from None
         if hasattr(x, "__dlpack__"):
             return torch.from_dlpack(x), "dlpack"
         return torch.as_tensor(x, device="cuda"), "cai"

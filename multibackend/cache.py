@@ -45,6 +45,9 @@ def _made(path: Path, source: str) -> Path:
         raise CacheUnusable(f"{source}: the cache cannot be made there ({exc.strerror or exc}: "
                             f"{exc.filename or path}); point MULTIBACKEND_CACHE_DIR at a "
                             "writable directory") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CacheUnusable(f"{source}: {str(path)!r} is not writable; point "
+                            "MULTIBACKEND_CACHE_DIR at a writable directory")
     return path
 
 

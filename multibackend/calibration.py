@@ -11,7 +11,8 @@ H100's and an H200's winners differ on 7 (f16) and 8 (bf16) of 44 decode-sized e
 Every such entry within a factor of :data:`RADIUS_FACTOR` in each of M, N and K must have
 been won by the same backend (the tuner lets a backend win only by more than the spread it
 measured, and an entry counts for it only where it also beat torch.matmul by more than that
-spread in the entry's other timing mode), and there must be at least one.
+spread, and than first-call autotuning's least lead, in the entry's other timing mode), and
+there must be at least one.
 Then that backend runs with the entry's config where this very shape was measured, else with
 its own default for the shape: a config is chosen for the grid it makes on its shape, and on a
 neighbour it can leave SMs idle (H100, graph mode: the 16x128 tile measured at 24x5120x13824
@@ -89,24 +90,27 @@ def ground(problem: Problem) -> tuple[list[Measured], str]:
 
 
 def winner(entry: dict) -> str:
-    """The backend an entry counts for: its winner where it beat torch.matmul by more than
-    the spread the entry measured (its timings' own noise) in every timing mode it records
-    (a call's mode is not known when ``auto`` decides), else cuBLAS. The tuner holds the
-    entry's own mode to that margin; the other mode is held to it here (H200, bf16: a win of
-    0.3% in eager mode at 3x5120x13824 with a spread of 3.1% carried Triton to
+    """The backend an entry counts for: its winner where it beat torch.matmul, in every
+    timing mode the entry records (a call's mode is not known when ``auto`` decides), by more
+    than the spread the entry measured (its timings' own noise) and than first-call
+    autotuning's least lead in that mode (:data:`multibackend.autotune.MIN_SPREAD`); else
+    cuBLAS. The tuner holds the entry's own mode to its spread; the other mode is held here
+    (H200, bf16: a win of 0.3% in eager mode at 3x5120x13824, spread 3.1%, carried Triton to
     2x3584x18944, which ran 0.83x torch.matmul there in eager mode)."""
+    from .autotune import MIN_SPREAD
     from .dispatch import BASELINE
 
     name = entry["backend"]
     if name == BASELINE:
         return name
     key = f"{name}:{entry['config']['name']}"
-    margin = 1.0 + float(entry.get("spread") or 0.0)
+    spread = float(entry.get("spread") or 0.0)
     timings = entry.get("timings_ms", {})
     for mode, figures in timings.items():
         if not isinstance(figures, dict):
             continue
         base = [ms for k, ms in figures.items() if k.startswith(f"{BASELINE}:")]
+        margin = 1.0 + max(spread, MIN_SPREAD.get(mode, 0.0))
         if key not in figures or not base or figures[key] * margin >= min(base):
             return BASELINE
     return name

@@ -62,6 +62,16 @@ _ALIASES = {
 }
 
 
+def _bare_name(dtype: object) -> str:
+    """A dtype's name as its library prints it, without the wrapping (``torch.float16``,
+    ``dtype('float16')``, ``<class 'numpy.float16'>``), lower-cased."""
+    text = str(dtype)
+    for prefix, suffix in (("torch.", ""), ("dtype('", "')"), ("<class 'numpy.", "'>")):
+        if text.startswith(prefix) and text.endswith(suffix):
+            return text[len(prefix):len(text) - len(suffix)].lower()
+    return text.lower()
+
+
 def canonical(dtype: object, *, what: str = "dtype") -> str:
     """The canonical name of ``dtype`` (a name, alias, torch/NumPy/CuPy dtype or DType).
 
@@ -70,12 +80,7 @@ def canonical(dtype: object, *, what: str = "dtype") -> str:
     """
     if isinstance(dtype, DType):
         return dtype.name
-    text = str(dtype)
-    for prefix, suffix in (("torch.", ""), ("dtype('", "')"), ("<class 'numpy.", "'>")):
-        if text.startswith(prefix) and text.endswith(suffix):
-            text = text[len(prefix):len(text) - len(suffix)]
-            break
-    text = text.lower()
+    text = _bare_name(dtype)
     text = _ALIASES.get(text, text)
     if text not in DTYPES:
         known = ", ".join(DTYPES)
@@ -92,12 +97,7 @@ ARRAY = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e
 def of_array(dtype: object) -> str | None:
     """The canonical name of an array's element type (torch's, NumPy's or CuPy's), or None
     when multibackend serves no array of that type."""
-    text = str(dtype)
-    for prefix, suffix in (("torch.", ""), ("dtype('", "')"), ("<class 'numpy.", "'>")):
-        if text.startswith(prefix) and text.endswith(suffix):
-            text = text[len(prefix):len(text) - len(suffix)]
-            break
-    text = text.lower()
+    text = _bare_name(dtype)
     return text if text in ARRAY else None
 
 

@@ -7,7 +7,9 @@ and pointer alignment, the scalars and options, the backend and config asked for
 state of the environment variables and tuning tables dispatch consults — and the outcome (the
 Problem and the Decision) is kept. A later call with the same key only makes its operand views
 and output, and launches. Anything else (NumPy, other array kinds, empty or K = 0 problems)
-takes the full path every time.
+takes the full path every time, as do calls with a tensor whose lazy negation bit torch set
+(its memory holds the negation of its values). A repeated call with ``out`` still checks that
+``out`` shares no memory with A, B or C: the key holds no addresses.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from .dispatch import ENV_BACKEND, Decision
 from .native import Native
 from .problem import Problem, folded_batch
 from .registry import REGISTRY
-from .request import batched
+from .request import batched, byte_extent, out_shared, shared_with
 
 LIMIT = 4096
 
@@ -55,6 +57,23 @@ class Plan:
     bound: Any = _UNBOUND
     produce: Any = None
     front: tuple | None = None
+    #: the byte extents of A, B, C and out in this plan's calls (fixed by the key's shapes
+    #: and strides), worked out on its first call with ``out``
+    extents: tuple | None = None
+
+    def check_out(self, op: str, tensors: tuple) -> None:
+        """``out`` (``tensors[3]``) separate from A, B and C, as the first call checked
+        (:func:`~multibackend.request.check_out_separate`): the key holds no addresses, so
+        every call compares its own, with the extents worked out once."""
+        if self.extents is None:
+            self.extents = tuple(0 if t is None else byte_extent(t) for t in tensors)
+        a, b, c, out = tensors
+        extents = self.extents
+        name = shared_with(out.data_ptr(), extents[3],
+                           (("A", a.data_ptr(), extents[0]), ("B", b.data_ptr(), extents[1]),
+                            ("C", c.data_ptr() if c is not None else 0, extents[2])))
+        if name is not None:
+            raise out_shared(op, name)
 
     @classmethod
     def of(cls, problem: Problem, decision: Decision, kind: str, squeeze: bool,

@@ -71,32 +71,42 @@ def batched(t, batch: int) -> Any:
     return t
 
 
-def _span(t) -> tuple[int, int]:
-    """The byte range a tensor's elements occupy (empty for an empty tensor)."""
-    start = t.data_ptr()
+def byte_extent(t) -> int:
+    """The bytes from a tensor's first element to just past its last (0 for an empty one)."""
     extent = 1
     for size, stride in zip(t.shape, t.stride()):
         if not size:
-            return start, start
+            return 0
         extent += (size - 1) * abs(stride)
-    return start, start + extent * t.element_size()
+    return extent * t.element_size()
+
+
+def shared_with(out_start: int, out_bytes: int, operands: Any) -> str | None:
+    """The name of the first of ``operands`` ((name, first byte, byte extent) each) whose
+    bytes meet the ``out_bytes`` from ``out_start``, else None."""
+    out_end = out_start + out_bytes
+    for name, start, extent in operands:
+        if extent and out_bytes and start < out_end and out_start < start + extent:
+            return name
+    return None
+
+
+def out_shared(op: str, name: str) -> InvalidArgument:
+    """The error for an ``out`` that shares memory with operand ``name``."""
+    return InvalidArgument(f"{op}: out shares memory with {name}: out must be a separate "
+                           "array (D is written while A, B and C are read)")
 
 
 def check_out_separate(op: str, out: Any, operands: dict[str, Any]) -> None:
     """``out`` (a contiguous torch tensor) must not share memory with the torch tensors
-    ``operands`` (A, B and C by name; kernels read those while writing D). Checked on every
-    call, the repeated ones too, so the address ranges are compared first."""
+    ``operands`` (A, B and C by name) on its device: kernels read those while writing D."""
     if out is None:
         return
-    o_start = out.data_ptr()
-    o_end = o_start + out.numel() * out.element_size()
-    for name, t in operands.items():
-        if t is None or o_start == o_end:
-            continue
-        start, end = _span(t)
-        if start < o_end and o_start < end and t.device == out.device:
-            raise InvalidArgument(f"{op}: out shares memory with {name}: out must be a "
-                                  "separate array (D is written while A, B and C are read)")
+    name = shared_with(out.data_ptr(), out.numel() * out.element_size(),
+                       [(n, t.data_ptr(), byte_extent(t)) for n, t in operands.items()
+                        if t is not None and t.device == out.device])
+    if name is not None:
+        raise out_shared(op, name)
 
 
 def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,

@@ -31,24 +31,37 @@ def _pair(m: int, k: int, n: int, seed: int, dtype=torch.float32):
 
 
 # -- a repeated call keeps the checks of its first ----------------------------------------
+def _slab(count: int, seed: int) -> list:
+    """``count`` 40x40 float32 matrices of small integers, carved from one buffer 256 bytes
+    apart in alignment terms (each starts on a multiple of 64 elements): alike in everything
+    a remembered plan's key holds."""
+    gen = torch.Generator().manual_seed(seed)
+    slab = random_tensor((count * 1600,), torch.float32, generator=gen, small_int=True)
+    return [slab[i * 1600:(i + 1) * 1600].view(40, 40) for i in range(count)]
+
+
 @interpreter_only
-def test_out_sharing_an_operand_is_refused_on_a_repeated_call_too():
+def test_out_sharing_an_operand_is_refused_on_a_repeated_call_too(monkeypatch):
     """The plan a call remembers is keyed by shapes, strides and alignment, not addresses: a
-    later call of that key whose out is B must still be refused, not computed in place."""
-    a, b = _pair(48, 40, 40, 1)
-    c = random_tensor((48, 40), torch.float32, generator=torch.Generator().manual_seed(2))
-    separate = poisoned((40, 40), torch.float32)
-    square_a = random_tensor((40, 40), torch.float32, generator=torch.Generator().manual_seed(3),
-                             small_int=True)
-    first = mb.matmul(square_a, b, out=separate, backend="triton")
-    assert torch.equal(first, square_a.double().matmul(b.double()).float())
-    for out, name, operands in ((b, "B", (square_a, b)), (square_a, "A", (square_a, b))):
+    later call of that key whose out is A, B or C must still be refused, not computed in
+    place. The refusing calls are served by the plan (they never reach validation)."""
+    from multibackend import api
+
+    a, b, c, separate, other = _slab(5, 1)
+    first = mb.matmul(a, b, out=separate, backend="triton")
+    assert torch.equal(first, a.double().matmul(b.double()).float())
+    mb.matmul(a, b, c, out=other, backend="triton")
+    validated = []
+    real = api.matmul_call
+    monkeypatch.setattr(api, "matmul_call", lambda *x, **kw: validated.append(1) or real(*x, **kw))
+    for args, name in (((a, b), "B"), ((a, b), "A"), ((a, b, c), "C")):
+        out = {"A": a, "B": b, "C": c}[name]
+        kept = out.clone()
         with pytest.raises(InvalidArgument, match=f"out shares memory with {name}"):
-            mb.matmul(*operands, out=out, backend="triton")
-    with_c = poisoned((48, 40), torch.float32)
-    mb.matmul(a, b, c.clone(), out=with_c, backend="triton")
-    with pytest.raises(InvalidArgument, match="out shares memory with C"):
-        mb.matmul(a, b, c, out=c, backend="triton")
+            mb.matmul(*args, out=out, backend="triton")
+        assert torch.equal(out, kept)
+    assert not validated
+    assert torch.equal(mb.matmul(a, b, out=separate, backend="triton"), first)
 
 
 # -- configs a caller makes -----------------------------------------------------------------
@@ -74,6 +87,16 @@ def test_a_handed_in_triton_config_that_cannot_cover_d_is_refused(params, words)
     with pytest.raises(InvalidArgument, match=f"config is 'mine': {words}"):
         mb.matmul(a, b, out=out, backend="triton", config=config)
     assert torch.isnan(out).all()
+
+
+def test_an_8_bit_product_needs_a_block_k_of_32():
+    """Triton's dot takes K steps of at least 32 for 8-bit inputs: 16 would fail to
+    compile at launch."""
+    config = Config.of("mine", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, num_warps=4,
+                       num_stages=1)
+    a = torch.ones((8, 64), dtype=torch.int8)
+    with pytest.raises(InvalidArgument, match="BLOCK_K is 16: .* at least 32"):
+        mb.matmul(a, a.T.contiguous(), backend="triton", config=config)
 
 
 def test_a_config_without_parameters_is_refused():
@@ -181,6 +204,23 @@ def test_a_named_backend_that_cannot_run_here_is_refused_at_any_k():
     assert "backend='cublas' cannot run" in decision.detail
 
 
+def test_explain_answers_an_empty_product_as_the_call_would():
+    empty_a, empty_b = torch.empty(2, 0).half(), torch.empty(0, 2).half()
+    refused = mb.explain(empty_a, empty_b, acc_dtype="int32")
+    assert (refused.backend, refused.rule) == (None, "none")
+    assert "no backend computes" in refused.detail
+    assert mb.explain(empty_a, empty_b).rule == "trivial"
+
+
+@interpreter_only
+def test_an_empty_product_is_not_held_to_a_backends_size_rules():
+    """Sizes and layouts are not checked where no kernel runs: an int8 product with K = 0
+    on a named backend gives zeros, as with K > 0 it would give the product."""
+    empty_a, empty_b = torch.empty(64, 0, dtype=torch.int8), torch.empty(0, 64, dtype=torch.int8)
+    d = mb.matmul(empty_a, empty_b, backend="triton")
+    assert d.dtype == torch.int32 and torch.equal(d, torch.zeros(64, 64, dtype=torch.int32))
+
+
 def test_k_of_zero_with_an_fp8_product_scales_c():
     empty_a, empty_b = (torch.empty(2, 0).to(torch.float8_e4m3fn),
                         torch.empty(0, 2).to(torch.float8_e4m3fn))
@@ -286,9 +326,11 @@ class _DLPackOnly:
         return self.tensor.__dlpack_device__()
 
 
-def test_a_dlpack_array_without_cupy_is_refused_before_any_work():
-    """Results for DLPack arrays come back as CuPy arrays: without CuPy the call says so up
-    front, instead of failing after the product ran."""
+@interpreter_only
+def test_a_dlpack_a_without_cupy_is_refused_before_any_work():
+    """A's kind is the result's, and a DLPack A's result comes back as a CuPy array: without
+    CuPy the call says so up front, instead of failing after the product ran. A DLPack B
+    with a torch A gives a torch result, CuPy or not."""
     try:
         import cupy  # noqa: F401
         pytest.skip("CuPy is installed here")
@@ -296,6 +338,8 @@ def test_a_dlpack_array_without_cupy_is_refused_before_any_work():
         pass
     with pytest.raises(InvalidType, match="A is a _DLPackOnly .* CuPy is not installed"):
         mb.matmul(_DLPackOnly(torch.ones(2, 2)), torch.ones(2, 2))
+    d = mb.matmul(torch.ones(2, 2), _DLPackOnly(torch.ones(2, 2)), backend="triton")
+    assert torch.equal(d, torch.full((2, 2), 2.0))
 
 
 def test_explain_of_a_problem_takes_no_options_and_grad_calls_check_the_backend():
@@ -326,6 +370,13 @@ def test_a_cache_directory_that_cannot_be_made_is_named(monkeypatch, tmp_path):
         monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(where))
         with pytest.raises(CacheUnusable, match=f"MULTIBACKEND_CACHE_DIR is '{where}'"):
             cache.cache_dir("tuning")
+
+
+def test_a_cache_directory_without_write_access_is_named(monkeypatch, tmp_path):
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cache.os, "access", lambda path, mode: False)  # as for a read-only fs
+    with pytest.raises(CacheUnusable, match="is not writable"):
+        cache.cache_root()
 
 
 def test_an_unusable_cache_leaves_the_compiled_front_off_not_every_call_failing(monkeypatch,

@@ -1,8 +1,9 @@
 """GPU tier for the public calls' contract at its edges, on every backend and on the paths a
 repeated call takes (the remembered plan, the compiled front): an operand with torch's lazy
-negation bit read as its values, an ``out`` that shares memory with an operand refused on
-every call, empty batches answered without a launch, and a handed-in config that cannot
-cover D refused before anything runs."""
+negation bit read as its values, also after its plain twin was planned, an ``out`` that
+shares memory with an operand refused on every call, empty batches and empty int8 products
+answered without a kernel, and a handed-in config that cannot cover D refused before
+anything runs."""
 from __future__ import annotations
 
 import pytest
@@ -45,6 +46,24 @@ def test_a_lazily_negated_operand_is_read_as_its_values_on_every_call(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_negated_view_is_not_served_by_the_plan_of_its_plain_twin(backend):
+    """``torch.complex(0, t).imag`` and ``torch.complex(0, -t).conj().imag`` are alike in
+    dtype, shape, strides and alignment, all a remembered plan's key (and the compiled
+    front's) holds; only the second has the negation bit. Planned on the first, the second
+    must still be read as its values."""
+    a, b = _ints((96, 64), 9, torch.float32), _ints((64, 80), 10, torch.float32)
+    options = {"precision": "tf32"} if backend == "raw_wmma" else {}
+    plain = torch.complex(torch.zeros_like(a), a).imag
+    expected = (a.double() @ b.double()).float()
+    for _ in range(4):  # the first call plans; the front serves from the third
+        torch.testing.assert_close(mb.matmul(plain, b, backend=backend, **options), expected,
+                                   rtol=0, atol=0)
+    for _ in range(2):
+        torch.testing.assert_close(mb.matmul(_negated(a), b, backend=backend, **options),
+                                   expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_out_sharing_an_operand_is_refused_after_a_plan_was_remembered(backend):
     a, b = _ints((64, 64), 3), _ints((64, 64), 4)
     out = torch.empty((64, 64), dtype=torch.float16, device="cuda")
@@ -61,12 +80,23 @@ def test_out_sharing_an_operand_is_refused_after_a_plan_was_remembered(backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("a_shape, b_shape", [((0, 32, 16), (16, 24)), ((32, 16), (0, 16, 24)),
                                               ((0, 32, 16), (0, 16, 24))])
-def test_a_batch_of_none_launches_nothing(backend, a_shape, b_shape):
+def test_a_batch_of_none_gives_torchs_empty_result(backend, a_shape, b_shape):
     a, b = _ints(a_shape, 5), _ints(b_shape, 6)
     for _ in range(2):
         d = mb.matmul(a, b, backend=backend)
         assert d.shape == torch.matmul(a, b).shape == (0, 32, 24)
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("backend", ("cublas", "triton", "cutlass"))
+def test_an_empty_int8_product_is_not_held_to_size_rules(backend):
+    """cuBLAS's int8 GEMM needs M > 16 and K, N multiples of 8; nothing runs for K = 0 or
+    M = 0, so a named backend gives the empty answer."""
+    for a_shape, b_shape, d_shape in (((64, 0), (0, 64), (64, 64)), ((0, 64), (64, 64), (0, 64))):
+        a = torch.empty(a_shape, dtype=torch.int8, device="cuda")
+        b = torch.empty(b_shape, dtype=torch.int8, device="cuda")
+        d = mb.matmul(a, b, backend=backend)
+        assert d.shape == d_shape and d.dtype == torch.int32 and not d.any()
 
 
 def test_a_triton_config_that_cannot_cover_d_is_refused_before_launch():
