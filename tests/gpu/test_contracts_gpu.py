@@ -45,12 +45,13 @@ def test_a_lazily_negated_operand_is_read_as_its_values_on_every_call(backend):
         torch.testing.assert_close(d, expected, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "cutlass"])
 def test_a_negated_view_is_not_served_by_the_plan_of_its_plain_twin(backend):
     """``torch.complex(0, t).imag`` and ``torch.complex(0, -t).conj().imag`` are alike in
     dtype, shape, strides and alignment, all a remembered plan's key (and the compiled
     front's) holds; only the second has the negation bit. Planned on the first, the second
-    must still be read as its values."""
+    must still be read as its values. (Both are element-strided views, which CUTLASS does
+    not take.)"""
     a, b = _ints((96, 64), 9, torch.float32), _ints((64, 80), 10, torch.float32)
     options = {"precision": "tf32"} if backend == "raw_wmma" else {}
     plain = torch.complex(torch.zeros_like(a), a).imag
