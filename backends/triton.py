@@ -227,8 +227,11 @@ def config_fault(problem: Problem, config: Config) -> str | None:
     for name, bound in least.items():
         value = config.get(name)
         if name == "BLOCK_N" and config.get("kind") == "tma_splitk" and type(value) is int:
-            extra = value - (1 << max(value.bit_length() - 1, 0))
-            if value >= 16 and (extra == 0 or _power_of_two(extra, 16)):
+            try:  # the kernel's second column block: none, or a tile size of its own
+                extra = width_blocks(value)[1] if value >= 16 else -1
+            except ValueError:
+                extra = -1
+            if extra == 0 or _power_of_two(extra, 16):
                 continue
             return (f"BLOCK_N is {value!r}: a TMA split-K tile's width is a power of two of "
                     "at least 16, or the sum of two")
