@@ -157,7 +157,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
 
     d_dtype = (dtypes.canonical(out_dtype, what=f"{op}: out_dtype") if out_dtype is not None
                else dtypes.default_output(in_dtype, in_dtype))
-    if saturate not in (True, False):
+    if saturate is not True and saturate is not False:  # 1 and 0 equal True and False
         raise InvalidArgument(f"{op}: saturate is {saturate!r}: expected True or False")
     if d_dtype not in dtypes.ARRAY:
         raise InvalidArgument(f"{op}: out_dtype is {out_dtype!r}: D must be an array dtype "

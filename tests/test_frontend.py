@@ -247,6 +247,7 @@ def test_an_unknown_keyword_is_named_under_the_public_name():
     ({"out_dtype": "float7"}, "out_dtype is 'float7': not a dtype"),
     ({"acc_dtype": "float7"}, "acc_dtype is 'float7': not a dtype"),
     ({"saturate": "yes"}, "saturate is 'yes': expected True or False"),
+    ({"saturate": 1}, "saturate is 1: expected True or False"),
 ])
 def test_bad_options_name_argument_value_and_rule(kwargs, pattern):
     with pytest.raises(InvalidArgument, match=pattern):
