@@ -11,11 +11,15 @@ host's cost of one call (:func:`multibackend.timing.host_calls_per_second`, GPU 
 the device synchronized at the end). The paths are measured in ``--rounds`` rounds, their
 order rotating, and each figure is the median over the rounds (the host's speed drifts: many
 short rounds rather than a few long ones, so a slow stretch of the host counts once).
-Every call is the public one as a user writes it (no ``out=``); ``autotune='eager'`` is
-first-call autotuning's plan, made before the timing. The dot (n = ``--dot-n``) is measured
+Every call is the public one as a user writes it; ``autotune='eager'`` is first-call
+autotuning's plan, made before the timing. The calls writing into a given ``out`` (each
+backend's, beside the caller's own library call with ``out``) are timed as well, and once more
+spelling out ``alpha=1.0``: the same plan, run by the Python path (the compiled front leaves
+calls with any other keyword to it). The dot (n = ``--dot-n``) is measured
 the same way for both callers beside torch.dot and cupy.dot, and timed in eager mode
 (back-to-back calls, host included) against torch.dot, alternated.
-``--profile`` prints where ``matmul(backend="auto")`` spends its host time (cProfile).
+``--profile`` prints where ``matmul(backend="auto")`` spends its host time, with and without
+``out`` (cProfile).
 """
 from __future__ import annotations
 
@@ -43,29 +47,54 @@ def parse() -> argparse.Namespace:
 
 
 def _paths(a, b, kind: str) -> dict:
-    """Every call of one array kind: the library's own, then multibackend's per backend."""
-    import torch
-
+    """Every call of one array kind, without and with a given ``out``: the library's own,
+    then multibackend's per backend (and ``auto`` with ``out``)."""
     import multibackend as mb
     from multibackend.registry import REGISTRY
 
-    if kind == "torch":
-        paths = {"torch.matmul": lambda: torch.matmul(a, b)}
-    else:
-        import cupy
-
-        paths = {"cupy.matmul": lambda: cupy.matmul(a, b)}
-    for name in REGISTRY.names:
-        try:
-            mb.matmul(a, b, backend=name)
-        except mb.MultibackendError:
-            continue
-        paths[f"matmul(backend={name!r})"] = lambda name=name: mb.matmul(a, b, backend=name)
+    lib = _library(kind)
+    paths = {f"{kind}.matmul": lambda: lib.matmul(a, b)}
+    paths |= _per_backend(REGISTRY.names, "matmul(backend={!r})",
+                          lambda name: (lambda: mb.matmul(a, b, backend=name)))
     decision = mb.explain(a, b)
     paths[f"matmul(auto) -> {decision.backend} by {decision.rule}"] = lambda: mb.matmul(a, b)
     mb.matmul(a, b, autotune="eager")
     chosen = mb.explain(a, b, autotune="eager").backend
     paths[f"matmul(autotune='eager') -> {chosen}"] = lambda: mb.matmul(a, b, autotune="eager")
+    out = mb.matmul(a, b)
+    paths[f"{kind}.matmul(out=)"] = lambda: lib.matmul(a, b, out=out)
+    paths |= _per_backend((*REGISTRY.names, "auto"), "matmul(backend={!r}, out=)",
+                          lambda name: (lambda: mb.matmul(a, b, out=out, backend=name)))
+    paths |= _per_backend((*REGISTRY.names, "auto"), "matmul(backend={!r}, out=, alpha=1.0)",
+                          lambda name: (lambda: mb.matmul(a, b, out=out, backend=name,
+                                                          alpha=1.0)))
+    return paths
+
+
+def _library(kind: str):
+    """The module whose own call a caller of this array kind makes instead."""
+    if kind == "torch":
+        import torch
+
+        return torch
+    import cupy
+
+    return cupy
+
+
+def _per_backend(names, label: str, call_on) -> dict:
+    """``call_on(name)`` (a call of no arguments) for each backend name that runs it, keyed
+    by ``label`` formatted with the name."""
+    import multibackend as mb
+
+    paths = {}
+    for name in names:
+        call = call_on(name)
+        try:
+            call()
+        except mb.MultibackendError:
+            continue
+        paths[label.format(name)] = call
     return paths
 
 
@@ -73,21 +102,10 @@ def _dot_paths(x, y, kind: str) -> dict:
     """Every dot of one array kind: the library's own, then multibackend's per backend."""
     import multibackend as mb
 
-    if kind == "torch":
-        import torch
-
-        paths = {"torch.dot": lambda: torch.dot(x, y)}
-    else:
-        import cupy
-
-        paths = {"cupy.dot": lambda: cupy.dot(x, y)}
-    for name in ("auto", "triton", "raw_wmma"):
-        try:
-            mb.dot(x, y, backend=name)
-        except mb.MultibackendError:
-            continue
-        paths[f"dot(backend={name!r})"] = lambda name=name: mb.dot(x, y, backend=name)
-    return paths
+    lib = _library(kind)
+    return {f"{kind}.dot": lambda: lib.dot(x, y)} | _per_backend(
+        ("auto", "triton", "raw_wmma"), "dot(backend={!r})",
+        lambda name: (lambda: mb.dot(x, y, backend=name)))
 
 
 def _host_rows(paths: dict, rounds: int, seconds: float, sync) -> list[dict]:
@@ -155,13 +173,17 @@ def main() -> int:
                          "gbps": t.gbps(nbytes)})
         print(f"  {name:30s} {t.median_ms * 1e3:8.1f} us  {t.gbps(nbytes):8.1f} GB/s")
     if args.profile:
-        profile = cProfile.Profile()
-        profile.enable()
-        for _ in range(5000):
-            mb.matmul(a, b)
-        profile.disable()
-        sync()
-        pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+        out = torch.empty_like(a)
+        for title, call in (("matmul(A, B)", lambda: mb.matmul(a, b)),
+                            ("matmul(A, B, out=D)", lambda: mb.matmul(a, b, out=out))):
+            print(f"profile of {title}:")
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(5000):
+                call()
+            profile.disable()
+            sync()
+            pstats.Stats(profile).sort_stats("tottime").print_stats(25)
     if args.json:
         Path(args.json).write_text(json.dumps({"size": size, "dtype": args.dtype,
                                                "device": device, "rows": rows,

@@ -193,9 +193,9 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
             backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
-    # every keyword but backend, config and autotune at its default
-    others = _at_defaults(alpha, beta, out, out_dtype, acc_dtype, precision, saturate, dtype)
-    defaults = others and config is None
+    # every keyword but out, backend, config and autotune at its default
+    others = _at_defaults(alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype)
+    defaults = others and out is None and config is None
     plain = defaults and autotune is None
     if _compiling():  # torch.compile traces torch's own op or the registered operator
         from . import torch_op
@@ -229,23 +229,25 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
                       acc_dtype=acc_dtype, precision=precision, saturate=saturate, dtype=dtype,
                       backend=name, config=chosen)
 
-    direct = out is None and (C is None or (call.squeeze and getattr(C, "ndim", 2) == 2))
-    exact = None  # a call with one option (or none) and no C: its plan may go to the front
-    if C is None and fast[1] is not None:
-        if plain:
+    # an out the front may write as the D a plan of the call without it would allocate
+    as_made = out is None or (C is None and others and plans.as_allocated(out, A, B))
+    direct = as_made and (C is None or (call.squeeze and getattr(C, "ndim", 2) == 2))
+    exact = None  # a call with one option (or none), no C: its plan may go to the front
+    if C is None and fast[1] is not None and others and as_made:
+        if config is None and autotune is None:
             exact = ("backend", backend), A, B
-        elif defaults and backend == "auto":
+        elif config is None and backend == "auto":
             exact = ("autotune", autotune), A, B
-        elif others and config is not None and autotune is None and A.__class__ is _TENSOR:
+        elif config is not None and autotune is None and A.__class__ is _TENSOR:
             exact = ("config", (backend, config)), A, B
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct, exact)
 
 
-def _at_defaults(alpha: Any, beta: Any, out: Any, out_dtype: Any, acc_dtype: Any,
-                 precision: Any, saturate: Any, dtype: Any) -> bool:
-    """Whether every keyword but ``backend``, ``config`` and ``autotune`` is at its
+def _at_defaults(alpha: Any, beta: Any, out_dtype: Any, acc_dtype: Any, precision: Any,
+                 saturate: Any, dtype: Any) -> bool:
+    """Whether every keyword but ``out``, ``backend``, ``config`` and ``autotune`` is at its
     default."""
-    return (out is None and beta is None and type(alpha) is float and alpha == 1
+    return (beta is None and type(alpha) is float and alpha == 1
             and out_dtype is None and acc_dtype is None and precision is None
             and saturate is False and dtype is None)
 

@@ -1,9 +1,9 @@
 // The compiled front of a repeated matmul on torch tensors (see fastcall.py).
 //
 // serve(A, B, C, backend, autotune, options) answers matmul(A, B), matmul(A, B, backend=name),
-// matmul(A, B, backend=name, config=c) and matmul(A, B, autotune=mode) where the plan Python
-// made for the call (plans.py) is torch's own op, reading what the plan's key holds straight
-// from the C++ tensors:
+// matmul(A, B, backend=name, config=c) and matmul(A, B, autotune=mode), each also with out=D,
+// where the plan Python made for the call (plans.py) is torch's own op, reading what the plan's
+// key holds straight from the C++ tensors:
 // - a family plan (remember): the backend name, the dtypes, ranks and device, and size bounds
 //   the decision holds below;
 // - an exact plan (remember_exact), for a call whose decision depends on its shape (first-call
@@ -24,6 +24,10 @@
 // serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or
 // autotune=mode) the same way from native plans remembered under the words "dot:backend" and
 // "dot:autotune", whose D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
+// With out=D, a plan of 2-D A and B made by at::mm or our kernels writes D in place of the tensor
+// it would allocate, where D is what that tensor would be: a plain torch tensor of the plan's
+// dtype, sizes and device, row-major contiguous, 16-byte aligned (the alignment the plan was
+// decided with), sharing no byte with A or B, and autograd recording nothing; the call answers D.
 // A call with C goes to the Python fallback with the same arguments (its family plans make D
 // with torch.addmm); any other call it does not serve (other options, a tensor subclass, a torch
 // function mode, no plan, a changed environment, sizes past the bounds, or the op refusing the
@@ -186,6 +190,7 @@ PyObject* backend_word = nullptr;    // "backend"
 PyObject* autotune_word = nullptr;   // "autotune"
 PyObject* auto_word = nullptr;       // "auto"
 PyObject* config_word = nullptr;     // "config": a named backend's config, as (backend, config)
+PyObject* out_word = nullptr;        // "out": the keyword of a D given by the caller
 PyObject* dot_backend_word = nullptr;   // "dot:backend": dot's backend option
 PyObject* dot_autotune_word = nullptr;  // "dot:autotune"
 unsigned long long served_count = 0;
@@ -327,6 +332,52 @@ bool run(Op op, const at::Tensor& a, const at::Tensor& b, at::Tensor* d) {
   return true;
 }
 
+// at::mm into the caller's D (checked by takes_out); false when the op refused the arrays.
+bool run_into(const at::Tensor& a, const at::Tensor& b, at::Tensor& d) {
+  try {
+    at::mm_out(d, a, b);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// The bytes from t's first element to one past its last (0 for an empty tensor).
+uint64_t byte_extent(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t i = 0; i < t.dim(); ++i) last += (t.size(i) - 1) * t.stride(i);
+  return static_cast<uint64_t>(last + 1) * t.element_size();
+}
+
+bool overlap(const at::Tensor& x, uint64_t x_bytes, const at::Tensor& y) {
+  const uint64_t y_bytes = byte_extent(y);
+  const uintptr_t xs = reinterpret_cast<uintptr_t>(x.const_data_ptr());
+  const uintptr_t ys = reinterpret_cast<uintptr_t>(y.const_data_ptr());
+  return x_bytes != 0 && y_bytes != 0 && xs < ys + y_bytes && ys < xs + x_bytes;
+}
+
+// Whether the caller's `out` is the D a plan would allocate for A and B (dtype `type`, `sizes`,
+// A's device, row-major contiguous) at an address the plan was decided for (16-byte aligned),
+// shares no byte with A or B, and autograd records nothing: any other goes to the Python path,
+// which runs it or words the error.
+bool takes_out(const at::Tensor& d, const at::Tensor& a, const at::Tensor& b, c10::ScalarType type,
+               c10::IntArrayRef sizes) {
+  if (d.layout() != at::kStrided || d.scalar_type() != type || !d.sizes().equals(sizes) ||
+      d.device() != a.device() || d.is_neg() || d.is_conj() ||
+      (reinterpret_cast<uintptr_t>(d.const_data_ptr()) & 15) != 0)
+    return false;
+  if ((d.requires_grad() || a.requires_grad() || b.requires_grad()) && at::GradMode::is_enabled())
+    return false;
+  int64_t expected = 1;  // the strides at::empty gives
+  for (int64_t i = d.dim() - 1; i >= 0; --i) {
+    if (d.stride(i) != expected) return false;
+    expected *= d.size(i);
+  }
+  const uint64_t bytes = static_cast<uint64_t>(d.numel()) * d.element_size();
+  return !overlap(d, bytes, a) && !overlap(d, bytes, b);
+}
+
 // The raw handle of the current stream a native plan runs on, from `getter` (called with `arg`
 // where not null; 0 for a plan of host tensors): 1 when the plan's context is current and each
 // step pinned to a stream is pinned to that one, 0 when not, -1 on a Python error.
@@ -395,9 +446,10 @@ bool launch_steps(const Native& n, const uintptr_t pointers[3], uintptr_t stream
   return true;
 }
 
-// D made by a native plan on torch tensors: 1 when served, 0 when not, -1 on a Python error.
+// D made by a native plan on torch tensors (into *d where `given`, checked by takes_out): 1 when
+// served, 0 when not, -1 on a Python error.
 int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_t device,
-               at::Tensor* d) {
+               at::Tensor* d, bool given) {
   if ((a.requires_grad() || b.requires_grad()) && at::GradMode::is_enabled()) return 0;
   uintptr_t stream = 0;
   PyObject* index = n.context != nullptr ? PyLong_FromLongLong(device) : nullptr;
@@ -405,10 +457,12 @@ int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_
   const int ready = stream_for(n, stream_of, index, &stream);
   Py_XDECREF(index);
   if (ready <= 0) return ready;
-  try {
-    *d = at::empty(n.d_sizes, at::TensorOptions().dtype(n.d_type).device(a.device()));
-  } catch (const std::exception&) {
-    return 0;
+  if (!given) {
+    try {
+      *d = at::empty(n.d_sizes, at::TensorOptions().dtype(n.d_type).device(a.device()));
+    } catch (const std::exception&) {
+      return 0;
+    }
   }
   const uintptr_t pointers[3] = {reinterpret_cast<uintptr_t>(a.const_data_ptr()),
                                  reinterpret_cast<uintptr_t>(b.const_data_ptr()),
@@ -416,13 +470,18 @@ int run_native(const Native& n, const at::Tensor& a, const at::Tensor& b, int64_
   return launch_steps(n, pointers, stream) ? 1 : 0;
 }
 
-// The one option a call is planned under, from its backend and autotune keywords and the
-// other keywords (`options`): "backend" at `backend` where autotune is None, "autotune" at
-// `autotune` where backend is "auto"; false where the call is not served here (another keyword,
-// or autotuning asked for with another backend).
-bool option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObject** word,
+// How many keywords a call's other keywords (`options`) hold; -1 for anything but a dict.
+Py_ssize_t keywords(PyObject* options) {
+  return PyDict_CheckExact(options) ? PyDict_GET_SIZE(options) : -1;
+}
+
+// The one option a call is planned under, from its backend and autotune keywords and the number
+// of its other keywords not yet read: "backend" at `backend` where autotune is None, "autotune"
+// at `autotune` where backend is "auto"; false where the call is not served here (another
+// keyword, or autotuning asked for with another backend).
+bool option_of(PyObject* backend, PyObject* autotune, Py_ssize_t others, PyObject** word,
                PyObject** value) {
-  if (!PyDict_CheckExact(options) || PyDict_GET_SIZE(options) != 0) return false;
+  if (others != 0) return false;
   if (autotune == Py_None) {
     *word = backend_word;
     *value = backend;
@@ -436,12 +495,25 @@ bool option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObjec
 
 // The option of a matmul on torch tensors: option_of's, or "config" at (backend, config) where
 // the one other keyword is a config, with a backend named and no autotuning; *packed then holds
-// that pair, a new reference the caller releases (null otherwise).
+// that pair, a new reference the caller releases (null otherwise). Beside it the call may give
+// out (not None), borrowed into *out (null where not given).
 bool matmul_option_of(PyObject* backend, PyObject* autotune, PyObject* options, PyObject** word,
-                      PyObject** value, PyObject** packed) {
+                      PyObject** value, PyObject** packed, PyObject** out) {
   *packed = nullptr;
-  if (!PyDict_CheckExact(options) || PyDict_GET_SIZE(options) != 1 || autotune != Py_None)
-    return option_of(backend, autotune, options, word, value);
+  *out = nullptr;
+  Py_ssize_t others = keywords(options);
+  if (others > 0) {
+    *out = PyDict_GetItemWithError(options, out_word);  // borrowed
+    if (*out == Py_None) return false;  // spelled out: the Python path
+    if (*out != nullptr) {
+      --others;
+    } else if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  if (others != 1 || autotune != Py_None)
+    return option_of(backend, autotune, others, word, value);
   PyObject* config = PyDict_GetItemWithError(options, config_word);  // borrowed
   if (config == nullptr || config == Py_None || backend == Py_None || backend == auto_word ||
       same_name(backend, auto_word)) {
@@ -464,11 +536,39 @@ PyObject* dot_word(PyObject* word) {
   return word == backend_word ? dot_backend_word : dot_autotune_word;
 }
 
-// D for a call on torch tensors A and B with the option `word` at `value`, from a family plan
-// (for "backend") or an exact one, else MISS.
-PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* value) {
+// The caller's D, `out`, written by the plan of 2-D A and B found for the call (made by `op`, or
+// `native` where not null) where takes_out holds, else MISS (null on a Python error).
+PyObject* serve_into(Op op, const Native* native, const at::Tensor& a, const at::Tensor& b,
+                     int64_t device, PyObject* out) {
+  at::Tensor d = THPVariable_Unpack(out);
+  try {
+    if (a.dim() != 2 || b.dim() != 2) return missed();
+    if (native != nullptr) {
+      if (!takes_out(d, a, b, native->d_type, native->d_sizes)) return missed();
+    } else if (op != MM || !takes_out(d, a, b, a.scalar_type(), {a.size(0), b.size(1)})) {
+      return missed();
+    }
+  } catch (const std::exception&) {
+    return missed();
+  }
+  if (native != nullptr) {
+    const int done = run_native(*native, a, b, device, &d, true);
+    if (done < 0) return nullptr;
+    if (done == 0) return missed();
+  } else if (!run_into(a, b, d)) {
+    return missed();
+  }
+  ++served_count;
+  Py_INCREF(out);
+  return out;
+}
+
+// D for a call on torch tensors A and B with the option `word` at `value` (and the caller's D,
+// `out`, where not null), from a family plan (for "backend") or an exact one, else MISS.
+PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* value,
+                        PyObject* out) {
   if (!THPVariable_CheckExact(A) || !THPVariable_CheckExact(B) ||
-      at::impl::torch_function_mode_enabled())
+      (out != nullptr && !THPVariable_CheckExact(out)) || at::impl::torch_function_mode_enabled())
     return missed();
   const at::Tensor& a = THPVariable_Unpack(A);
   const at::Tensor& b = THPVariable_Unpack(B);
@@ -498,9 +598,10 @@ PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* valu
   const int now = current(*made);
   if (now < 0) return nullptr;
   if (!now) return missed();
+  if (out != nullptr) return serve_into(made->op, native, a, b, device, out);
   at::Tensor d;
   if (native != nullptr) {
-    const int done = run_native(*native, a, b, device, &d);
+    const int done = run_native(*native, a, b, device, &d, false);
     if (done < 0) return nullptr;
     if (done == 0) return missed();
   } else if (!run(made->op, a, b, &d)) {
@@ -516,9 +617,9 @@ PyObject* serve(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   if (args[2] != Py_None) return PyObject_Vectorcall(fallback, args, 6, nullptr);
-  PyObject *word, *value, *packed;  // the one option the call is planned under
-  if (!matmul_option_of(args[3], args[4], args[5], &word, &value, &packed)) return missed();
-  PyObject* d = serve_tensors(args[0], args[1], word, value);
+  PyObject *word, *value, *packed, *out;  // the one option the call is planned under, and out
+  if (!matmul_option_of(args[3], args[4], args[5], &word, &value, &packed, &out)) return missed();
+  PyObject* d = serve_tensors(args[0], args[1], word, value, out);
   Py_XDECREF(packed);
   return d;
 }
@@ -529,8 +630,8 @@ PyObject* serve_dot(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   PyObject *word, *value;
-  if (!option_of(args[2], args[3], args[4], &word, &value)) return missed();
-  return serve_tensors(args[0], args[1], dot_word(word), value);
+  if (!option_of(args[2], args[3], keywords(args[4]), &word, &value)) return missed();
+  return serve_tensors(args[0], args[1], dot_word(word), value, nullptr);
 }
 
 // -- handing plans over ------------------------------------------------------------------------
@@ -1109,7 +1210,8 @@ PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   PyObject *word, *value;
-  if (args[2] != Py_None || !option_of(args[3], args[4], args[5], &word, &value)) return missed();
+  if (args[2] != Py_None || !option_of(args[3], args[4], keywords(args[5]), &word, &value))
+    return missed();
   return serve_array_call(args[0], args[1], word, value);
 }
 
@@ -1121,7 +1223,7 @@ PyObject* serve_dot_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     return nullptr;
   }
   PyObject *word, *value;
-  if (!option_of(args[2], args[3], args[4], &word, &value)) return missed();
+  if (!option_of(args[2], args[3], keywords(args[4]), &word, &value)) return missed();
   return serve_array_call(args[0], args[1], dot_word(word), value);
 }
 
@@ -1286,6 +1388,7 @@ PyMODINIT_FUNC PyInit__fastcall() {
   autotune_word = PyUnicode_InternFromString("autotune");
   auto_word = PyUnicode_InternFromString("auto");
   config_word = PyUnicode_InternFromString("config");
+  out_word = PyUnicode_InternFromString("out");
   dot_backend_word = PyUnicode_InternFromString("dot:backend");
   dot_autotune_word = PyUnicode_InternFromString("dot:autotune");
   data_name = PyUnicode_InternFromString("data");
@@ -1295,7 +1398,7 @@ PyMODINIT_FUNC PyInit__fastcall() {
   shape_name = PyUnicode_InternFromString("shape");
   strides_name = PyUnicode_InternFromString("strides");
   if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr ||
-      config_word == nullptr ||
+      config_word == nullptr || out_word == nullptr ||
       dot_backend_word == nullptr || dot_autotune_word == nullptr ||
       data_name == nullptr || ptr_name == nullptr || device_id_name == nullptr ||
       dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr)

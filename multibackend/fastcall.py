@@ -14,7 +14,10 @@ torch's current stream itself: ``cuLaunchKernel`` from a parameter buffer made o
 the pointers written per call, or the kernel library's ``mb_gemm``. A repeated call naming a
 backend and one of its configs (``matmul(A, B, backend=name, config=c)``, as the tuner times
 its candidates) is served the same way, so that a config's eager timing is the one a call
-planned from a tuning table sees. The same holds for a repeated ``dot`` of our kernels, and
+planned from a tuning table sees. Each of these calls may also give ``out=D`` where D is what
+the plan would allocate (a plain torch tensor of D's dtype, sizes and device, row-major
+contiguous, 16-byte aligned, sharing no byte with A or B): the same plan then writes D, with
+``at::mm_out`` or the kernels' launches, and the call answers D. The same holds for a repeated ``dot`` of our kernels, and
 for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty``), whose
 cuBLAS products it launches as ``cublasGemmEx`` itself.
 

@@ -90,7 +90,8 @@ class Plan:
                    if direct and produce is not None else None)
 
     def run(self, tensors: tuple) -> Any:
-        if self.produce is not None and self.kind == "torch":  # torch's stream, the device
+        if self.produce is not None and self.kind == "torch" and tensors[3] is None:
+            # torch's stream, the device
             if self.problem.has_c:
                 return self.produce(tensors[0], tensors[1], tensors[2])
             return self.produce(tensors[0], tensors[1])
@@ -140,7 +141,7 @@ class Plan:
                 self.backend.run(p, ops, self.decision.config)
                 if self.bound is _UNBOUND:
                     self.bound = self.backend.bind(p, self.decision.config, ops)
-                    if c is None and out is None and a.dim() == 2 and b.dim() == 2:
+                    if c is None and a.dim() == 2 and b.dim() == 2:  # out as allocated
                         self._hand_over(a, b, ops)
             else:
                 self.bound(a, b, c, d, stream)
@@ -168,6 +169,21 @@ class Plan:
 
 
 _PLANS: dict[tuple, Plan] = {}
+
+
+def as_allocated(out: Any, a: Any, b: Any) -> bool:
+    """Whether ``out``, given for a product of 2-D torch tensors ``a`` and ``b`` (its shape
+    and dtype already checked), is what a plan of the call without it would allocate for D:
+    a plain torch tensor on A's device, row-major contiguous, 16-byte aligned (the alignment
+    the call is decided with). Such a call has that call's Problem, so the compiled front
+    serves both with one plan, writing ``out`` in place of the tensor it allocates."""
+    tensor = sys.modules["torch"].Tensor if "torch" in sys.modules else None
+    if tensor is None or not (out.__class__ is a.__class__ is b.__class__ is tensor):
+        return False
+    if a.dim() != 2 or b.dim() != 2 or out.dim() != 2 or out.is_neg():
+        return False
+    return (out.stride() == (out.shape[1], 1) and out.data_ptr() % 16 == 0
+            and out.device == a.device)
 
 
 def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:

@@ -376,3 +376,97 @@ def test_a_failed_build_is_recorded_and_not_retried_with_that_compiler(monkeypat
     assert fastcall.load() is None
     assert counter.read_text().count("other") == 1 and "build failed" in fastcall.status()
     assert record.read_text().startswith(f"{fastcall.FAILED_WITH}{other}\n")
+
+
+def poisoned(*shape, dtype=torch.float32):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+def test_a_call_with_out_writes_out_by_the_plan_of_the_call_without_it(front):
+    """matmul(A, B, out=D) is served by the family or exact plan of matmul(A, B) (the same
+    option word): at::mm writes D, and the call answers D itself."""
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(37, 19), small_ints(19, 23)
+    out = poisoned(37, 23)
+    before = served_count(module)
+    assert serve(a, b, None, "auto", None, {"out": out}) is out
+    assert served_count(module) == before + 1
+    assert torch.equal(out, torch.mm(a, b))
+    assert mb.matmul(a, b, out=out) is out  # the public call through the front
+    assert served_count(module) == before + 2
+    c, d = small_ints(12, 10), small_ints(10, 6)
+    config = Config.of("64x64x32", BLOCK_M=64, BLOCK_N=64)
+    exact_plan(c, d, ("config", ("triton", config)))
+    exact_plan(c, d, ("autotune", "eager"))
+    for backend, autotune, options in [("triton", None, {"config": config}),
+                                       ("auto", "eager", {})]:
+        out = poisoned(12, 6)
+        assert serve(c, d, None, backend, autotune, {**options, "out": out}) is out
+        assert torch.equal(out, torch.mm(c, d))
+    counts = sys.getrefcount(out), sys.getrefcount(c)
+    for _ in range(1000):
+        serve(c, d, None, "auto", "eager", {"out": out})
+        serve(c, d, None, "auto", "eager", {"out": out.double()})
+    assert (sys.getrefcount(out), sys.getrefcount(c)) == counts
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass: its own dispatch may differ from torch's."""
+
+
+def unchanged(x, before) -> bool:
+    x = x.detach()
+    return bool(((x == before) | (x.isnan() & before.isnan())).all())
+
+
+def test_an_out_other_than_the_d_a_plan_allocates_is_left_to_the_python_path(front):
+    """Every out the plan could not write as it writes its own D is answered MISS, untouched:
+    the Python path then runs the call or words the error."""
+    module, serve = front
+    host_family(module)
+    a, b = small_ints(8, 12), small_ints(12, 16)
+    shared = poisoned(20, 16)  # out its first 8 rows, A or B inside it
+    room = poisoned(8 * 16 + 3)
+    grad = poisoned(8, 16).requires_grad_()
+    cases = [
+        ("dtype", a, b, poisoned(8, 16, dtype=torch.float64)),
+        ("shape", a, b, poisoned(16, 8)),
+        ("3-D", a, b, poisoned(1, 8, 16)),
+        ("transposed", a, b, poisoned(16, 8).T),
+        ("row stride", a, b, poisoned(8, 17)[:, :16]),
+        ("one row, row stride 17", a[:1], b, poisoned(2, 17)[:1, :16]),
+        ("12 bytes off 16", a, b, room[3:].view(8, 16)),
+        ("a subclass", a, b, poisoned(8, 16).as_subclass(Marked)),
+        ("negation bit", a, b, torch._neg_view(poisoned(8, 16))),
+        ("autograd", a, b, grad),
+        ("shares A", shared[4:12].view(-1)[:96].view(8, 12).copy_(a), b, shared[:8]),
+        ("shares B", a, shared[4:16].copy_(b), shared[:8]),
+    ]
+    for why, aa, bb, out in cases:
+        before = out.detach().clone()
+        assert serve(aa, bb, None, "auto", None, {"out": out}) is plans.MISS, why
+        assert unchanged(out, before), why
+    out = poisoned(8, 16)
+    for options in [{"out": None}, {"out": out, "alpha": 1.0}, {"out": out, "beta": 0.0}]:
+        assert serve(a, b, None, "auto", None, options) is plans.MISS, options
+    assert torch.isnan(out).all()
+    with torch.no_grad():
+        assert serve(a, b, None, "auto", None, {"out": grad}) is grad
+    assert torch.equal(grad.detach(), torch.mm(a, b))
+    host_family(module, op="matmul", ranks=(3, 2))
+    assert serve(a[None], b, None, "auto", None, {"out": poisoned(1, 8, 16)}) is plans.MISS
+
+
+def test_an_out_as_allocated_is_told_apart_from_others():
+    """plans.as_allocated: what lets a call with out hand its plan to the front."""
+    a, b = small_ints(8, 12), small_ints(12, 16)
+    room = poisoned(8 * 16 + 4)
+    assert plans.as_allocated(poisoned(8, 16), a, b)
+    assert plans.as_allocated(room[4:].view(8, 16), a, b)  # 16 bytes on
+    for out in [room[3:-1].view(8, 16), poisoned(16, 8).T, poisoned(8, 17)[:, :16],
+                poisoned(1, 8, 16), torch._neg_view(poisoned(8, 16)),
+                poisoned(8, 16).as_subclass(Marked), poisoned(8, 16).numpy()]:
+        assert not plans.as_allocated(out, a, b)
+    assert not plans.as_allocated(poisoned(8, 16), a[None], b)
+    assert not plans.as_allocated(poisoned(8, 16), a.numpy(), b)

@@ -483,3 +483,23 @@ def test_a_call_plan_of_arrays_hands_the_arrays_to_its_producing_call(module, mo
     assert module.serve_arrays(x, y, None, "cublas", None, {}) is plans.MISS
     with pytest.raises(TypeError, match="not callable"):
         module.remember_array_call(key, plans._watched_environment(), 0, None)
+
+
+def test_a_native_plan_writes_an_out_like_its_own_d_and_no_other(module):
+    """With out=D as the plan would allocate it, the steps get D's pointer and the call answers
+    D; an out of another dtype, size, layout or alignment is MISS with no step run."""
+    a, b = small_ints(5, 7), small_ints(7, 4, seed=1)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    host_plan(module, entry, a, b, (native.A, native.B, native.D, native.D), alpha=2.0)
+    out = torch.full((5, 4), float("nan"))
+    served = module.stats()[2]
+    assert mb.matmul(a, b, out=out) is out
+    assert module.stats()[2] == served + 1 and torch.equal(out, 2 * (a @ b))
+    assert entry.calls[-1][4] == out.data_ptr()
+    room = torch.full((5 * 4 + 1,), float("nan"))
+    for out in [torch.full((5, 4), float("nan"), dtype=torch.float64),
+                torch.full((4, 5), float("nan")).T, torch.full((5, 5), float("nan")),
+                room[1:].view(5, 4)]:
+        assert module.serve(a, b, None, "auto", None, {"out": out}) is plans.MISS
+        assert out.isnan().all()
+    assert len(entry.calls) == 1

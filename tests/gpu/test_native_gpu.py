@@ -2,7 +2,8 @@
 compiled front (multibackend/native.py) from its third call on, gives bit for bit what the
 Python path's launch of the same kernel gives, runs on torch's current stream, is captured in
 a CUDA graph, and leaves autograd and every call it does not cover to the Python path; so is
-a repeated call naming a config, and a batch over a broadcast B run as one product. Each
+a repeated call naming a config, one writing an ``out`` laid out as D would be (cuBLAS's
+too), and a batch over a broadcast B run as one product. Each
 kind of Triton TMA launch (split-K unsplit, split, two column blocks; persistent) is
 described for the front and checked the same way."""
 from __future__ import annotations
@@ -90,7 +91,8 @@ def _launched_by_the_front(backend, a, b, seed):
     served = module.stats()[2]
     by_front = mb.matmul(other, b, backend=backend)
     assert module.stats()[2] == served + 1
-    by_python = mb.matmul(other, b, backend=backend, out=torch.empty_like(third))
+    by_python = mb.matmul(other, b, backend=backend, alpha=1.0)  # a keyword the front leaves
+    assert module.stats()[2] == served + 1
     assert torch.equal(by_front, by_python)
     _check(other, b, by_front)
 
@@ -103,6 +105,30 @@ def test_a_repeated_call_is_launched_by_the_front(backend, shape):
     _launched_by_the_front(backend, _rand((m, k), seed=m), _rand((k, n), seed=n), seed=m + 1)
 
 
+@pytest.mark.parametrize("backend", ["cublas", *BACKENDS])
+def test_a_repeated_call_with_out_is_launched_by_the_front(backend):
+    """matmul(A, B, out=D), D as the call would allocate it: the front writes D (from the
+    third call; cuBLAS's from the second) and answers D, with the Python path's bits; an out
+    sharing A's memory still gets the Python path's error, D of another layout its launch."""
+    _available(backend)
+    module = _front()
+    m, n, k = 96, 80, 256
+    a, b = _rand((m, k), seed=31), _rand((k, n), seed=32)
+    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
+    for _ in range(2):
+        assert mb.matmul(a, b, backend=backend, out=out) is out
+    expected = out.clone()
+    _check(a, b, expected)
+    out.fill_(float("nan"))
+    served = module.stats()[2]
+    assert mb.matmul(a, b, backend=backend, out=out) is out
+    assert module.stats()[2] == served + 1, f"{backend} with out was not served by the front"
+    assert torch.equal(out, expected)
+    room = _rand((m * k + m * n,), seed=33)
+    inside = room[:m * k].view(m, k)  # A's layout and alignment, D over its last 8 rows
+    over = room[(m - 8) * k:(m - 8) * k + m * n].view(m, n)
+    with pytest.raises(mb.InvalidArgument, match="out shares memory with A"):
+        mb.matmul(inside, b, backend=backend, out=over)
 @pytest.mark.parametrize("backend", ["triton", "cutlass"])
 def test_a_repeated_batch_over_a_broadcast_b_is_launched_by_the_front(backend):
     """A batch whose A stacks its entries over a 2-D B runs as one product of every entry's
