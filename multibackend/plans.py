@@ -6,13 +6,14 @@ is keyed by everything those steps read — each array's type, dtype, shape, str
 and pointer alignment, the scalars and options, the backend and config asked for, and the
 state of the environment variables and tuning tables dispatch consults — and the outcome (the
 Problem and the Decision) is kept. A later call with the same key only makes its operand views
-and output, and launches. Anything else (NumPy, other array kinds, empty or K = 0 problems)
-takes the full path every time, as do calls with a tensor whose lazy negation bit torch set
+and output, and launches. Anything else (NumPy, other array kinds, host tensors where there is a GPU,
+empty or K = 0 problems) takes the full path every time, as do calls with a tensor whose lazy negation bit torch set
 (its memory holds the negation of its values). A repeated call with ``out`` still checks that
 ``out`` shares no memory with A, B or C: the key holds no addresses.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class Plan:
         else:  # the caller's stream (and device) current while D is allocated and run
             with on_stream(stream, device):
                 d = self._launch(tensors, stream, device)
-        return to_kind(d, self.kind)
+        return d if tensors[3] is not None else to_kind(d, self.kind)  # out: the caller's
 
     def _hand_over(self, a: Any, b: Any, ops: Operands) -> None:
         """Give the compiled front the backend's launches for this plan's calls, where the
@@ -171,6 +172,12 @@ class Plan:
 _PLANS: dict[tuple, Plan] = {}
 
 
+@functools.cache
+def _gpu_present() -> bool:
+    """Whether torch sees a GPU, where the full path computes host tensors (asked once)."""
+    return sys.modules["torch"].cuda.is_available()
+
+
 def as_allocated(out: Any, a: Any, b: Any) -> bool:
     """Whether ``out``, given for a product of 2-D torch tensors ``a`` and ``b`` (its shape
     and dtype already checked), is what a plan of the call without it would allocate for D:
@@ -188,15 +195,16 @@ def as_allocated(out: Any, a: Any, b: Any) -> bool:
 
 def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
     """(kind, torch tensors) when every array is a torch tensor or a CuPy array (None
-    entries kept), else None: other kinds, and tensors with torch's lazy negation bit, take
+    entries kept), else None: other kinds, tensors with torch's lazy negation bit, and host
+    tensors where there is a GPU (the full path copies them there, and an ``out`` back) take
     the full path."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None
     tensor = torch.Tensor
     a, b, c, out = arrays
-    if type(a) is tensor and type(b) is tensor and c is None and out is None and not (
-            a.is_neg() or b.is_neg()):
+    if type(a) is tensor and type(b) is tensor and c is None and out is None and (
+            a.is_cuda and b.is_cuda) and not (a.is_neg() or b.is_neg()):
         return "torch", arrays  # the common call, without the loop
     kind = None
     adapted = []
@@ -206,6 +214,8 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
             continue
         if isinstance(x, tensor):
             if x.is_neg():  # torch's lazy negation: the full path resolves it, every call
+                return None
+            if not x.is_cuda and _gpu_present():  # staged on the GPU by the full path
                 return None
             this = "torch"
         elif type(x).__module__.startswith("cupy"):

@@ -32,6 +32,10 @@ class Call:
     device: Any
     user_out: Any = None  # a NumPy ``out`` the result is copied back into
     out: Any = None  # the caller's ``out`` (on the GPU), returned as the result
+    #: the caller's own ``out`` where ``out`` is a stand-in for it, returned instead: a host
+    #: torch tensor staged on the GPU (D is copied back into it), or an array of another
+    #: library (CuPy, DLPack) that ``out`` views
+    own_out: Any = None
 
 
 def _shape(t) -> str:
@@ -206,7 +210,12 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     check_out_separate(op, named["out"].tensor if "out" in named else None,
                        {name: named[name].tensor for name in ("A", "B", "C") if name in named})
     user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
+    given = named["out"] if "out" in named else None
     named = _to_gpu_if_host(named)
+    own_out = None
+    if given is not None and given.kind != "numpy" and (
+            given.kind != "torch" or named["out"].tensor is not given.tensor):
+        own_out = out
     device, cc = _device_and_cc([x.tensor for x in named.values()])
     ta = batched(named["A"].tensor, batch)
     tb = batched(named["B"].tensor, batch)
@@ -235,7 +244,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
-                named["out"].tensor if "out" in named else None)
+                named["out"].tensor if "out" in named else None, own_out)
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:

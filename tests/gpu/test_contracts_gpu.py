@@ -2,8 +2,9 @@
 repeated call takes (the remembered plan, the compiled front): an operand with torch's lazy
 negation bit read as its values, also after its plain twin was planned, an ``out`` that
 shares memory with an operand refused on every call, empty batches and empty int8 products
-answered without a kernel, and a handed-in config that cannot cover D refused before
-anything runs."""
+answered without a kernel, a handed-in config that cannot cover D refused before
+anything runs, host tensors computed on the GPU on every call (a host ``out`` written), and
+the caller's own ``out`` answered."""
 from __future__ import annotations
 
 import pytest
@@ -112,3 +113,32 @@ def test_a_triton_config_that_cannot_cover_d_is_refused_before_launch():
                       num_stages=1)
     d = mb.matmul(a, b, out=out, backend="triton", config=whole)
     torch.testing.assert_close(d, (a.double() @ b.double()).half(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_host_tensors_are_computed_on_the_gpu_on_every_call(backend):
+    """Host torch tensors are copied to the GPU on every call, a repeated one too (no plan
+    serves them: it would hand a kernel host pointers), and a host ``out`` gets D back."""
+    a, b = _ints((33, 40), 11).cpu(), _ints((40, 24), 12).cpu()
+    expected = (a.double() @ b.double()).half()
+    for _ in range(4):
+        d = mb.matmul(a, b, backend=backend)
+        assert d.is_cuda
+        torch.testing.assert_close(d.cpu(), expected, rtol=0, atol=0)
+    out = torch.empty(33, 24, dtype=torch.float16)
+    for _ in range(4):
+        out.fill_(float("nan"))
+        assert mb.matmul(a, b, backend=backend, out=out) is out
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_with_a_cupy_out_answers_that_array(backend):
+    cupy = pytest.importorskip("cupy")
+    a, b = cupy.from_dlpack(_ints((33, 40), 13)), cupy.from_dlpack(_ints((40, 24), 14))
+    expected = torch.from_dlpack(a).double() @ torch.from_dlpack(b).double()
+    out = cupy.empty((33, 24), dtype=cupy.float16)
+    for _ in range(4):
+        out.fill(float("nan"))
+        assert mb.matmul(a, b, backend=backend, out=out) is out
+        torch.testing.assert_close(torch.from_dlpack(out).double(), expected, rtol=0, atol=0)
