@@ -9,7 +9,10 @@ shape that no tuning table answers then runs, on the caller's own operands:
    takes tens of seconds a kernel (``multibackend tune`` builds them) — and cuBLAS as torch
    calls it;
 2. each candidate once on poisoned output, checked against the float64 reference (a wrong
-   one is dropped with its reason);
+   one is dropped with its reason): a matmul through the public call into a poisoned
+   ``out``; a dot, which takes no ``out``, by the backend into the call's own result,
+   poisoned (a result in fresh memory could land where the candidate checked before had just
+   written the right answer);
 3. the survivors timed against each other through the public call as a repeated call makes
    it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.timing.time_interleaved`) in the chosen mode.
@@ -145,12 +148,13 @@ def describe(entry: dict) -> str:
 
 def measure(call: Any, accepted: list[str], mode: str,
             rerun: Callable[[str, Config, Any], Any], registry: Any) -> dict | None:
-    """Time ``accepted`` backends' shortlists on ``call``'s operands (through ``rerun``: the
-    public call with ``backend=name, config=config, out=out``) and return the entry; None
-    for operands on the host (Triton's interpreter), where nothing can be timed."""
+    """Check ``accepted`` backends' shortlists on ``call``'s operands (a matmul through
+    ``rerun``: the public call with ``backend=name, config=config, out=out``; a dot in the
+    call's own result), time them through ``rerun`` and return the entry; None for operands
+    on the host (Triton's interpreter), where nothing can be timed."""
     from . import reference
     from .arrays import adapt
-    from .crosscheck import poison, reference_for
+    from .crosscheck import check_backend, poison, reference_for
     from .timing import time_interleaved
 
     if call.device.type != "cuda":
@@ -167,17 +171,23 @@ def measure(call: Any, accepted: list[str], mode: str,
         if not backend.built(problem, config):
             skipped[name] = f"{config.name} is not built (multibackend tune builds it)"
             continue
-        try:
-            out = _poisoned_out(call, poison)
-            result = rerun(name, config, out)
-            got = adapt(result, "D", problem.op).tensor
-            cmp = reference.compare(problem, got.reshape(call.operands.d.shape), ref)
-        except Exception as exc:  # a candidate that raises is left out, never chosen
-            dropped[name] = f"raised {type(exc).__name__}: {exc}"[:300]
-            continue
-        if not cmp.ok:
-            dropped[name] = f"wrong: {cmp.detail}"
-            continue
+        if problem.op == "dot":  # no out to poison: checked in the call's own result
+            checked = check_backend(call, name, config, ref, time_it=False)
+            if not checked.ok:
+                dropped[name] = f"wrong or raised: {checked.detail}"[:300]
+                continue
+        else:
+            try:
+                out = _poisoned_out(call, poison)
+                result = rerun(name, config, out)
+                got = adapt(result, "D", problem.op).tensor
+                cmp = reference.compare(problem, got.reshape(call.operands.d.shape), ref)
+            except Exception as exc:  # a candidate that raises is left out, never chosen
+                dropped[name] = f"raised {type(exc).__name__}: {exc}"[:300]
+                continue
+            if not cmp.ok:
+                dropped[name] = f"wrong: {cmp.detail}"
+                continue
         # timed as the call runs once chosen: backend named, its default config implied, so
         # a repeated call takes the same front (compiled, or the plan's) the chosen one will
         runs[name] = (lambda name=name: rerun(name, None, None))
@@ -217,12 +227,9 @@ def choose(timings: dict[str, Any], mode: str) -> tuple[str, float]:
 
 
 def _poisoned_out(call: Any, poison: Callable[[Any], None]) -> Any:
-    """A poisoned ``out`` for the call's result, in the caller's array kind (None for dot,
-    which takes no ``out``)."""
+    """A poisoned ``out`` for a matmul's result, in the caller's array kind."""
     from .arrays import on_stream, to_kind
 
-    if call.problem.op == "dot":
-        return None
     d = call.operands.d
     with on_stream(call.operands.stream, call.device):
         out = d.new_empty(d.shape[1:] if call.squeeze else d.shape)

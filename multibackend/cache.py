@@ -1,16 +1,20 @@
 """Where compiled kernels and tuning tables live, and how they are written.
 
 Everything goes under the user cache directory (``$MULTIBACKEND_CACHE_DIR``, else
-``$XDG_CACHE_HOME/multibackend``, else ``~/.cache/multibackend``), never the working directory.
-Writes are atomic (a temporary file in the same directory, then ``os.replace``), so two
-processes writing the same entry cannot leave a torn file; a reader that finds an entry it
-cannot use deletes it and rebuilds.
+``$XDG_CACHE_HOME/multibackend``, else ``~/.cache/multibackend``), never the working directory:
+``~`` in ``$MULTIBACKEND_CACHE_DIR`` is expanded and a relative path refused, and a relative
+``$XDG_CACHE_HOME`` is ignored, as the XDG rules say. Writes are atomic (a temporary file in
+the same directory, then ``os.replace``), so two processes writing the same entry cannot leave
+a torn file, and a written file gets the mode a plain ``open()`` gives it (0o666 less the
+umask), so a file made for another account can be read there. A reader that finds an entry it
+cannot use deletes it and rebuilds; one it may not read (another account's) is a miss, rebuilt
+and replaced.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Callable
 
@@ -20,12 +24,17 @@ from .errors import CacheUnusable
 def cache_root() -> Path:
     """The root cache directory (created on first use); raises
     :class:`~multibackend.errors.CacheUnusable`, naming where it comes from, where it cannot
-    be made."""
+    be made or ``$MULTIBACKEND_CACHE_DIR`` is relative."""
     env = os.environ.get("MULTIBACKEND_CACHE_DIR")
     if env:
-        root, source = Path(env), f"MULTIBACKEND_CACHE_DIR is {env!r}"
+        root, source = Path(env).expanduser(), f"MULTIBACKEND_CACHE_DIR is {env!r}"
+        if not root.is_absolute():
+            raise CacheUnusable(f"{source}: a relative path would put the cache under whichever "
+                                "directory the process runs in; give an absolute path (or one "
+                                "that starts with ~)")
     else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
         root = Path(base) / "multibackend"
         source = f"the user cache directory is {str(root)!r}"
     return _made(root, source)
@@ -72,7 +81,7 @@ def read_checked(path: Path, validate: Callable[[bytes], bool]) -> bytes | None:
     removed with its checksum (so the caller rebuilds it) and None returned."""
     try:
         expected = checksum_path(path).read_text().strip()
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
         return None
     data = read_entry(path, lambda d: validate(d) and hashlib.sha256(d).hexdigest() == expected)
     if data is None:
@@ -87,9 +96,13 @@ def write_checked(path: Path, data: bytes) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the whole new one."""
+    """Write ``data`` to ``path`` so readers see either the old file or the whole new one.
+    The temporary file is made with mode 0o666, which the kernel reduces by the umask as for
+    a plain ``open()`` (``tempfile.mkstemp`` would make it 0o600: a tuning table saved for
+    another account could not be read there)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -106,10 +119,11 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 def read_entry(path: Path, validate) -> bytes | None:
     """The entry's bytes if it exists and ``validate(data)`` is true; a corrupt entry is
-    removed (so the caller rebuilds it) and None returned."""
+    removed (so the caller rebuilds it) and None returned. One this process may not read
+    (another account's) is a miss too: the caller rebuilds it, and its write replaces it."""
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, PermissionError):
         return None
     if validate(data):
         return data

@@ -91,12 +91,15 @@ def ground(problem: Problem) -> tuple[list[Measured], str]:
 
 def winner(entry: dict) -> str:
     """The backend an entry counts for: its winner where it beat torch.matmul, in every
-    timing mode the entry records (a call's mode is not known when ``auto`` decides), by more
-    than the spread the entry measured (its timings' own noise) and than first-call
-    autotuning's least lead in that mode (:data:`multibackend.autotune.MIN_SPREAD`); else
-    cuBLAS. The tuner holds the entry's own mode to its spread; the other mode is held here
-    (H200, bf16: a win of 0.3% in eager mode at 3x5120x13824, spread 3.1%, carried Triton to
-    2x3584x18944, which ran 0.83x torch.matmul there in eager mode)."""
+    timing mode a call can run in and every other mode the entry records (a call's mode is
+    not known when ``auto`` decides), by more than the spread the entry measured (its
+    timings' own noise) and than first-call autotuning's least lead in that mode
+    (:data:`multibackend.autotune.MIN_SPREAD`); else cuBLAS. A mode without both figures is
+    no evidence of a win, so it leaves the entry to cuBLAS too, as does a figure that is not
+    a number (NaN compares false). The tuner holds the entry's own mode to its spread; the
+    other mode is held here (H200, bf16: a win of 0.3% in eager mode at 3x5120x13824, spread
+    3.1%, carried Triton to 2x3584x18944, which ran 0.83x torch.matmul there in eager
+    mode)."""
     from .autotune import MIN_SPREAD
     from .dispatch import BASELINE
 
@@ -106,12 +109,13 @@ def winner(entry: dict) -> str:
     key = f"{name}:{entry['config']['name']}"
     spread = float(entry.get("spread") or 0.0)
     timings = entry.get("timings_ms", {})
-    for mode, figures in timings.items():
-        if not isinstance(figures, dict):
-            continue
+    for mode in dict.fromkeys([*MIN_SPREAD, *timings]):
+        figures = timings.get(mode)
+        if not isinstance(figures, dict) or key not in figures:
+            return BASELINE
         base = [ms for k, ms in figures.items() if k.startswith(f"{BASELINE}:")]
         margin = 1.0 + max(spread, MIN_SPREAD.get(mode, 0.0))
-        if key not in figures or not base or figures[key] * margin >= min(base):
+        if not base or not figures[key] * margin < min(base):
             return BASELINE
     return name
 

@@ -3,7 +3,7 @@
 ``check`` is the main job. On a GPU it cross-checks every backend, plus cuBLAS, over a default
 set of shapes and dtypes and prints one table. Without a GPU it says so, runs the Triton
 kernels in Triton's interpreter on small ragged shapes against a float64 NumPy reference, and
-exits 0 when they all match (1 when any result is wrong).
+exits 0 when they all match (1 when any result is wrong, or when no backend ran at all).
 """
 from __future__ import annotations
 
@@ -128,20 +128,29 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.to_dict() for r in reports], f, indent=1)
-    failed = [r for r in reports if not r.ok]
-    ran = sum(1 for r in reports for x in r.results if x.supported)
-    print(f"{ran} backend runs, {len(failed)} problems with a wrong result")
-    return 1 if failed else 0
+    failed = [r for r in reports if r.ran and not r.ok]
+    unchecked = sum(1 for r in reports if not r.ran)
+    ran = sum(r.ran for r in reports)
+    print(f"{ran} backend runs, {len(failed)} problems with a wrong result"
+          + (f", {unchecked} that no backend ran" if unchecked else ""))
+    return 1 if failed or not ran else 0
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from . import environment
+    from .errors import InvalidArgument
     from .tuner import tune
-    from .tuning import merge, read_table, save_table
+    from .tuning import merge, save_table
 
     shapes = list(args.suite or []) + list(args.shape or [])
     if not shapes:
         print("tune: give --suite and/or --shape", file=sys.stderr)
         return 2
+    base = _merge_base(args)
+    if base is not None and args.scheduler is None:  # measured here, in this environment
+        fault = _other_environment(base, environment.fingerprint(), args.out, "this machine")
+        if fault:
+            raise InvalidArgument(fault)
     table = tune(shapes, dtypes=args.dtype or ["float16"], backends=args.backends,
                  mode=args.mode, max_configs=args.max_configs, quick=args.quick,
                  timeout_s=args.timeout, max_workers=args.jobs, gpus=args.gpus,
@@ -150,12 +159,42 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"tune: no problem was measured (see above); {args.out} not written",
               file=sys.stderr)
         return 1
-    if args.merge and os.path.exists(args.out):
-        table = merge(read_table(args.out), table)
+    if base is not None:
+        fault = _other_environment(base, table["environment"], args.out, "this run")
+        if fault:  # the workers' environment, known only once they reported it
+            kept = save_table(table, os.path.splitext(args.out)[0] + ".unmerged.json")
+            raise InvalidArgument(f"{fault}; this run is written to {kept}")
+        table = merge(base, table)
     path = save_table(table, args.out)
     print(f"tuning table: {path} ({len(table['entries'])} entries); use it with "
           f"MULTIBACKEND_TUNING={path} or multibackend.load_tuning({str(path)!r})")
     return 0
+
+
+def _merge_base(args: argparse.Namespace) -> dict | None:
+    """The table in ``--out`` that ``--merge`` adds the run to (None: nothing to merge),
+    read before the run, so that a file that is no table fails at once, not after it."""
+    from .errors import InvalidArgument
+    from .tuning import read_table
+
+    if not (args.merge and os.path.exists(args.out)):
+        return None
+    try:
+        return read_table(args.out)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"tune: --merge into --out {args.out!r}: {exc}") from None
+
+
+def _other_environment(base: dict, env: dict, out: str, other: str) -> str:
+    """Why ``--merge`` cannot add a table measured in ``env`` (``other``'s environment) to
+    ``base``, the table in ``out`` ('' where it can)."""
+    from .tuning import mismatch
+
+    diff = mismatch(base["environment"], env, (out, other))
+    if not diff:
+        return ""
+    return (f"tune: --merge into --out {out!r}: that table was made in another environment "
+            f"than {other} ({'; '.join(diff)}): only tables of one environment merge")
 
 
 def _gpus(text: str) -> int | str:
@@ -208,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                            "CUDA graph and replayed); the table records both")
     tune.add_argument("--out", required=True, help="tuning table JSON to write")
     tune.add_argument("--merge", action="store_true",
-                      help="merge into --out when it exists (new entries win)")
+                      help="merge into --out when it exists (new entries win); the file "
+                           "is checked before the run")
     tune.add_argument("--quick", action="store_true",
                       help="at most 3 configs per backend, 10 timed runs each")
     tune.add_argument("--max-configs", type=int, help="at most N configs per backend")

@@ -51,13 +51,20 @@ class Report:
     results: list[BackendResult] = field(default_factory=list)
 
     @property
+    def ran(self) -> int:
+        """How many backends ran the problem and were compared with the reference."""
+        return sum(1 for r in self.results if r.supported and r.ok is not None)
+
+    @property
     def ok(self) -> bool:
-        """Every backend that ran matched the reference."""
-        return all(r.ok for r in self.results if r.supported and r.ok is not None)
+        """Some backend ran and every one that ran matched the reference: a report where
+        every backend refused the problem checked nothing, so it does not pass."""
+        return self.ran > 0 and all(r.ok for r in self.results
+                                    if r.supported and r.ok is not None)
 
     def to_dict(self) -> dict:
         return {"problem": self.problem, "key": self.key, "unit": self.unit, "ok": self.ok,
-                "results": [asdict(r) for r in self.results]}
+                "ran": self.ran, "results": [asdict(r) for r in self.results]}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -76,6 +83,8 @@ class Report:
                 f"{_num(r.bound, '.1e'):>9} {('yes' if r.ok else 'NO'):>4} "
                 f"{_num(r.median_ms, '.4f'):>9} {_num(r.rate, '.1f'):>9} "
                 f"{_num(r.vs_cublas, '.2f'):>8}" + (f"  {r.detail}" if not r.ok else ""))
+        if not self.ran:
+            lines.append("no backend ran: every one refused the problem, so nothing was checked")
         return "\n".join(lines)
 
 

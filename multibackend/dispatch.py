@@ -10,7 +10,9 @@ Resolution order — the one place it is written:
 3. The tuning table (``MULTIBACKEND_TUNING`` or :func:`multibackend.load_tuning`): an exact
    entry for the problem's key, else the nearest tuned bucket (see
    :mod:`multibackend.tuning`), when its backend supports the problem here; its config where
-   the backend offers that config for this problem, else the backend's default.
+   the backend offers a config of that name for this problem and the entry's parameters
+   pass the backend's config check (else the backend's own config of that name), else the
+   backend's default.
 4. First-call autotuning, when asked for (``autotune=`` or ``MULTIBACKEND_AUTOTUNE``, see
    :mod:`multibackend.autotune`): the entry this machine measured before, else a
    measurement now, on the call's operands (:func:`decide` answers with rule "autotune" and
@@ -161,17 +163,25 @@ def shape_free(problem: Problem, decision: Decision,
 
 def _offered(problem: Problem, name: str, config: Config | None,
              registry: Registry) -> tuple[Config, str]:
-    """``config`` where backend ``name`` offers it for ``problem``, else the backend's
-    default, with a note saying so (a config chosen for a neighbouring shape, or for a call
-    with other options, may not fit this one)."""
+    """``config`` where backend ``name`` offers a config of its name for ``problem`` and its
+    parameters pass the backend's check; the backend's own config of that name where they
+    do not (a table or store edited by hand or written by another version may hold
+    parameters no kernel runs whole, which must never launch); else the backend's default.
+    Each replacement comes with a note saying so (a config chosen for a neighbouring shape,
+    or for a call with other options, may not fit this one)."""
     chosen = registry.get(name)
-    if config is not None and config.name in {c.name for c in chosen.configs(problem)}:
-        return config, ""
-    default = chosen.default_config(problem)
     if config is None:
-        return default, ""
-    return default, (f"; {config.name} is not among {name}'s configs for this problem: "
-                     f"its default {default.name} runs it")
+        return chosen.default_config(problem), ""
+    own = next((c for c in chosen.configs(problem) if c.name == config.name), None)
+    if own is None:
+        default = chosen.default_config(problem)
+        return default, (f"; {config.name} is not among {name}'s configs for this problem: "
+                         f"its default {default.name} runs it")
+    fault = chosen.check_config(problem, config)
+    if fault is None:
+        return config, ""
+    return own, (f"; the entry's {config.name} fails {name}'s config check ({fault}): "
+                 f"{name}'s own {config.name} runs it")
 
 
 def decide(problem: Problem, backend: str | None = None, config: Config | None = None,
@@ -188,12 +198,17 @@ def decide(problem: Problem, backend: str | None = None, config: Config | None =
     from . import autotune as first_call
     from . import calibration, tuning
 
-    hit = tuning.lookup(problem)
+    tables = tuning.status()
+    hit = tuning.lookup(problem, tables)
     if hit is not None and hit.backend in accepted:
         config, detail = _offered(problem, hit.backend, hit.config, registry)
         return Decision(problem, hit.backend, config, "tuning-table", hit.detail + detail,
                         verdicts)
-    aside = f" (tuning table's {hit.backend} cannot run it here)" if hit is not None else ""
+    if hit is not None:
+        aside = f" (tuning table's {hit.backend} cannot run it here)"
+    else:  # a table set aside may be why none answered
+        aside = (f" (tuning tables set aside: {'; '.join(tables.rejected)})"
+                 if tables.rejected else "")
     if autotune is not None:
         entry = first_call.STORE.get(problem, autotune)
         if entry is not None and entry["backend"] in accepted:

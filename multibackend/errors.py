@@ -44,4 +44,5 @@ class CaptureError(MultibackendError, RuntimeError):
 
 
 class CacheUnusable(MultibackendError, OSError):
-    """The user cache directory cannot be made or written (a file in its place, no rights)."""
+    """The user cache directory cannot be made or written (a file in its place, no rights, a
+    relative ``MULTIBACKEND_CACHE_DIR``)."""

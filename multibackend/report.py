@@ -4,7 +4,9 @@ Reads pytest-benchmark result files (``--benchmark-save`` writes them under ``.b
 written by the suites in ``benchmarks/``. Each benchmark carries in ``extra_info`` its
 member (a backend, ``cublas`` or ``auto``), shape, dtype, ``flops`` and ``gpu_ms``, the median
 GPU time by CUDA events; that is the time used here (``stats.median``, the wall time of a
-synchronized call, only where ``gpu_ms`` is missing). One group is one (dtype, shape).
+synchronized call, only where ``gpu_ms`` is missing). One group is one (dtype, shape). A time
+that is not finite and positive is a failed measurement: a figure made from it is NaN, which
+fails the bar it enters (a NaN would otherwise drop out of the min or max that bar reads).
 
 Figures: each group's TFLOP/s per member and ratio to cuBLAS (cuBLAS time / member time: > 1
 is faster), two PNG plots (TFLOP/s against problem size per member, per suite and dtype; a
@@ -62,6 +64,8 @@ class Results:
         rows = self.groups[group]
         if BASELINE not in rows or member not in rows:
             return None
+        if not (_timed(rows[BASELINE].ms) and _timed(rows[member].ms)):
+            return math.nan
         return rows[BASELINE].ms / rows[member].ms
 
     @property
@@ -102,22 +106,38 @@ def load(paths: list[str | os.PathLike]) -> Results:
         machine = data.get("machine_info", {})
         results.machines.append(machine.get("gpu") or machine.get("node") or "?")
         for bench in benchmarks:
-            _add(results, bench)
+            _add(results, bench, path)
     return results
 
 
-def _add(results: Results, bench: dict) -> None:
+def _add(results: Results, bench: dict, path: Path) -> None:
     info = bench.get("extra_info") or {}
     if "overhead_us" in info:
         results.overhead.append(info)
         return
     if "member" not in info or not info.get("flops"):
         return
-    ms = info.get("gpu_ms") or bench["stats"]["median"] * 1e3
+    entry = f"report: {str(path)!r}: benchmark {bench.get('name')!r}"
+    for name in ("dtype", "shape"):
+        if name not in info:
+            raise InvalidArgument(f"{entry} has no {name!r} in extra_info: each row of a "
+                                  "member needs its dtype and shape")
+    ms = info.get("gpu_ms")
+    if ms is None:
+        median = (bench.get("stats") or {}).get("median")
+        if median is None:
+            raise InvalidArgument(f"{entry} has neither 'gpu_ms' in extra_info nor a 'median' "
+                                  "in stats: each row of a member needs a time")
+        ms = median * 1e3
     row = Row(bench.get("group") or f"{info['dtype']} {info['shape']}", info.get("suite", ""),
               info["dtype"], info["shape"], float(info["flops"]), info["member"],
               info.get("backend", info["member"]), str(info.get("config", "")), float(ms))
     results.groups.setdefault(row.group, {})[row.member] = row
+
+
+def _timed(ms: float) -> bool:
+    """Whether ``ms`` is a measured time (finite and positive), not a failed measurement."""
+    return math.isfinite(ms) and ms > 0
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -131,13 +151,16 @@ def bars(results: Results) -> dict:
         singles = {m: r for m, r in rows.items() if m != AUTO}
         if AUTO not in rows or not singles:
             continue
-        best = min(singles.values(), key=lambda r: r.ms)
+        best = min(singles.values(), key=lambda r: r.ms if _timed(r.ms) else math.inf)
+        timed = all(_timed(r.ms) for r in rows.values())
         per_shape.append({"group": group, "best": best.member,
-                          "auto_vs_best": best.ms / rows[AUTO].ms})
+                          "auto_vs_best": best.ms / rows[AUTO].ms if timed else math.nan})
     ratios = [r for g in results.groups if (r := results.ratio(g, AUTO)) is not None]
-    worst = min(per_shape, key=lambda s: s["auto_vs_best"]) if per_shape else None
+    worst = min(per_shape, key=lambda s: (not math.isnan(s["auto_vs_best"]), s["auto_vs_best"]),
+                default=None)
     geo = _geomean(ratios)
-    overhead = max((o["overhead_us"] for o in results.overhead), default=None)
+    overhead = max((o["overhead_us"] for o in results.overhead),
+                   key=lambda us: (not math.isfinite(us), us), default=None)
     return {
         "auto_vs_best": per_shape,
         "auto_vs_best_worst": worst,
@@ -188,7 +211,10 @@ def describe_bars(figures: dict) -> str:
 
 
 def plot(results: Results, out_dir: str | os.PathLike) -> list[Path]:
-    """Write ``tflops.png`` and ``ratio_heatmap.png`` into ``out_dir``; returns their paths."""
+    """Write ``tflops.png`` and ``ratio_heatmap.png`` into ``out_dir``; returns their paths
+    (none where no shape was measured: results of the host-overhead benchmark alone)."""
+    if not results.groups:
+        return []
     import matplotlib
 
     matplotlib.use("Agg")

@@ -17,9 +17,13 @@ rounds per mode ("backend:config" -> ms), ``baseline_ms`` torch.matmul's figure 
 ``spread`` the lead over torch.matmul the winner had to exceed (at least 1%); the tuner
 (:mod:`multibackend.tuner`) documents the rest.
 
-Tables are loaded from ``$MULTIBACKEND_TUNING`` (paths separated by ``os.pathsep``) or with
-:func:`load_tuning`; several tables merge (later entries win). A table whose environment
-differs from this machine's is kept aside and reported, never used.
+Tables come from ``$MULTIBACKEND_TUNING`` (paths separated by ``os.pathsep``) and from
+:func:`load_tuning`; several tables merge, later entries winning. The variable's tables come
+first, as if loaded when the program started, so a table the program loads itself overrides
+them; they are kept apart and read again whenever the variable's value changes, so that a
+table it no longer names is no longer used. A table whose environment differs from this
+machine's is kept aside, reported (:func:`status`, a warning naming the file and the fields
+that differ) and never used.
 
 Lookup (step 3 of the dispatch order): an exact entry for ``problem.key``; else the nearest
 bucket: among entries of the same *family* (op, dtypes, precision, layouts, batched or not),
@@ -32,6 +36,7 @@ import json
 import math
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,7 +71,9 @@ class Hit:
 
 @dataclass
 class TuningTables:
-    """Every table loaded in this process: the usable entries, and the ones set aside."""
+    """Tables loaded in this process: the usable entries, the files they came from, and the
+    files set aside; ``env_loaded`` is the value of ``$MULTIBACKEND_TUNING`` they were read
+    for, where they are the variable's."""
 
     entries: dict[str, dict] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
@@ -74,7 +81,10 @@ class TuningTables:
     env_loaded: str | None = None
 
 
+#: the tables loaded with :func:`load_tuning`
 _TABLES = TuningTables()
+#: the tables ``$MULTIBACKEND_TUNING`` names, for its value ``env_loaded``
+_ENV_TABLES = TuningTables()
 _LOCK = threading.Lock()
 _ENV_LOCK = threading.Lock()
 _GENERATION = [0]
@@ -112,23 +122,29 @@ def read_table(path: str | os.PathLike) -> dict:
     except OSError as exc:
         raise InvalidArgument(f"load_tuning: {str(path)!r} cannot be read as a table file: "
                               f"{exc.strerror or exc}") from None
+    check_table(table, f"load_tuning: {str(path)!r}")
+    return table
+
+
+def check_table(table: object, where: str) -> None:
+    """Raise InvalidArgument, its message starting with ``where`` (the call and the argument
+    or file), where ``table`` is not one that lookup and :func:`merge` can use whole: a file
+    or a table built in code is refused at once, not at the first lookup it breaks."""
     if not isinstance(table, dict) or table.get("format") != FORMAT:
-        raise InvalidArgument(f"load_tuning: {str(path)!r} has format "
+        raise InvalidArgument(f"{where} has format "
                               f"{table.get('format') if isinstance(table, dict) else None!r}: "
                               f"expected a tuning table of format {FORMAT}")
     if not isinstance(table.get("entries"), dict):
-        raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'entries' object")
+        raise InvalidArgument(f"{where} has no 'entries' object")
     if not isinstance(table.get("environment"), dict):
-        raise InvalidArgument(f"load_tuning: {str(path)!r} has no 'environment' object: a "
-                              "table says where it was measured (GPU, versions), and is used "
-                              "only there")
+        raise InvalidArgument(f"{where} has no 'environment' object: a table says where it "
+                              "was measured (GPU, versions), and is used only there")
     for key, entry in table["entries"].items():
         missing = _missing_fields(entry)
         if missing:
-            raise InvalidArgument(f"load_tuning: {str(path)!r} entry {key!r} lacks {missing}: "
-                                  "every entry needs backend, config (with a name), family, "
-                                  "and m, n, k of at least 1")
-    return table
+            raise InvalidArgument(f"{where} entry {key!r} lacks {missing}: every entry needs "
+                                  "backend, config (with a name), family, and m, n, k of at "
+                                  "least 1")
 
 
 def _missing_fields(entry: object) -> str:
@@ -143,9 +159,12 @@ def _missing_fields(entry: object) -> str:
     return ", ".join(wrong)
 
 
-def mismatch(table_env: dict, here: dict) -> list[str]:
-    """The fields in which a table's environment differs from this machine's."""
-    return [f"{k}: table {table_env.get(k)!r}, here {here.get(k)!r}"
+def mismatch(table_env: dict, here: dict,
+             names: tuple[str, str] = ("table", "here")) -> list[str]:
+    """The fields in which a table's environment differs from ``here``, each value labelled
+    by ``names`` (the table's, then here's)."""
+    first, second = names
+    return [f"{k}: {first} {table_env.get(k)!r}, {second} {here.get(k)!r}"
             for k in sorted(set(table_env) | set(here)) if table_env.get(k) != here.get(k)]
 
 
@@ -153,65 +172,78 @@ def merge(*tables: dict) -> dict:
     """One table from several made in the same environment (later entries win)."""
     if not tables:
         raise InvalidArgument("merge: no tables given")
+    for i, table in enumerate(tables):
+        check_table(table, f"merge: tables[{i}]")
     env = tables[0]["environment"]
     entries: dict[str, dict] = {}
-    for table in tables:
-        diff = mismatch(table["environment"], env)
+    for i, table in enumerate(tables):
+        diff = mismatch(table["environment"], env, (f"tables[{i}]", "tables[0]"))
         if diff:
-            raise InvalidArgument(f"merge: tables come from different environments "
-                                  f"({'; '.join(diff)})")
+            raise InvalidArgument(f"merge: tables[{i}] and tables[0] come from different "
+                                  f"environments ({'; '.join(diff)}): only tables of one "
+                                  "environment merge")
         entries.update(table["entries"])
     return {"format": FORMAT, "environment": env, "entries": entries}
 
 
 def load_tuning(path: str | os.PathLike, *, tables: TuningTables | None = None) -> list[str]:
     """Load a table for ``backend="auto"``; returns the reasons it was set aside (empty when
-    it is used)."""
+    it is used). A table set aside is also warned about as it loads, since a deployment
+    that ships one for another GPU or other versions would otherwise run untuned unnoticed."""
     tables = tables or _TABLES
     table = read_table(path)
     diff = mismatch(table["environment"], environment.fingerprint())
     with _LOCK:
         if diff:
             tables.rejected.append(f"{path}: made in another environment ({'; '.join(diff)})")
-            return diff
-        tables.entries.update(table["entries"])
-        tables.sources.append(str(path))
-        _GENERATION[0] += 1
-    return []
+        else:
+            tables.entries.update(table["entries"])
+            tables.sources.append(str(path))
+            _GENERATION[0] += 1
+    if diff:
+        warnings.warn(f"tuning table {str(path)!r} is not used: it was made in another "
+                      f"environment ({'; '.join(diff)})", RuntimeWarning, stacklevel=2)
+    return diff
 
 
 def _load_env_tables() -> None:
+    """Read the tables ``$MULTIBACKEND_TUNING`` names where its value is not the one they
+    were read for, replacing those of the former value."""
+    global _ENV_TABLES
     spec = os.environ.get(ENV_TUNING, "")
-    if spec == (_TABLES.env_loaded or ""):
+    if spec == (_ENV_TABLES.env_loaded or ""):
         return
     with _ENV_LOCK:  # one thread loads; the others wait for the tables
-        if spec == (_TABLES.env_loaded or ""):
+        if spec == (_ENV_TABLES.env_loaded or ""):
             return
-        staged = TuningTables()  # every part read before any is used: all or none
+        staged = TuningTables(env_loaded=spec)  # every part read before any is used
         for part in filter(None, spec.split(os.pathsep)):
             try:
                 load_tuning(part, tables=staged)
             except InvalidArgument as exc:
                 raise InvalidArgument(f"{ENV_TUNING} is {spec!r}: {exc}") from None
         with _LOCK:
-            _TABLES.entries.update(staged.entries)
-            _TABLES.sources.extend(staged.sources)
-            _TABLES.rejected.extend(staged.rejected)
-            _TABLES.env_loaded = spec
+            _ENV_TABLES = staged
             _GENERATION[0] += 1
 
 
 def status() -> TuningTables:
-    """The loaded tables (after reading ``$MULTIBACKEND_TUNING``)."""
+    """Every table in use and set aside: those ``$MULTIBACKEND_TUNING`` names (read again
+    when its value has changed) first, then those loaded with :func:`load_tuning`, whose
+    entries win."""
     _load_env_tables()
-    return _TABLES
+    with _LOCK:  # not while a load adds to them
+        named, loaded = _ENV_TABLES, _TABLES
+        return TuningTables({**named.entries, **loaded.entries}, named.sources + loaded.sources,
+                            named.rejected + loaded.rejected, named.env_loaded)
 
 
 def clear() -> None:
-    """Forget every loaded table."""
-    global _TABLES
+    """Forget every loaded table (the variable's are read again at the next lookup)."""
+    global _TABLES, _ENV_TABLES
     with _LOCK:
         _TABLES = TuningTables()
+        _ENV_TABLES = TuningTables()
         _GENERATION[0] += 1
 
 

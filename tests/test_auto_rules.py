@@ -32,6 +32,9 @@ class _Backend:
     def default_config(self, problem):
         return self.configs(problem)[0]
 
+    def check_config(self, problem, config):
+        return None
+
     def built(self, problem, config):
         return self._built
 
@@ -76,9 +79,11 @@ def _measured(monkeypatch, data):
 
 
 def _entry(backend, m, n, k, problem=P, config="wide"):
+    """A tuner's entry won by ``backend`` by 10% in both timing modes."""
+    figures = {f"{backend}:{config}": 1.0, "cublas:default": 1.1}
     return {"backend": backend, "config": {"name": config}, "family": tuning.family(problem),
-            "m": m, "n": n, "k": k, "timings_ms": {f"{backend}:{config}": 1.0,
-                                                 "cublas:default": 1.1}, "mode": "graph"}
+            "m": m, "n": n, "k": k, "timings_ms": {"eager": dict(figures), "graph": figures},
+            "mode": "graph"}
 
 
 def test_untuned_auto_is_cublas_where_nothing_was_measured():
@@ -189,6 +194,27 @@ def test_a_calibration_win_counts_only_where_it_holds_in_every_mode(monkeypatch)
     assert dispatch.decide(P, registry=_Registry()).backend == "cublas"
     _calibration(monkeypatch, both)
     assert dispatch.decide(P, registry=_Registry()).backend == "triton"
+
+
+def test_a_calibration_win_needs_the_figures_of_every_mode(monkeypatch):
+    """Missing evidence is no win: flat figures (no mode), a mode without the winner's or
+    torch.matmul's figure, or a figure that is not a number leave the entry to cuBLAS."""
+    won = _entry("triton", 512, 4096, 4096)
+    assert calibration.winner(won) == "triton"
+    flat = dict(won, timings_ms={"triton:wide": 1.0, "cublas:default": 0.5})
+    eager = won["timings_ms"]["eager"]
+    lacking = [flat, dict(won, timings_ms={"graph": won["timings_ms"]["graph"]}),
+               dict(won, timings_ms={"graph": won["timings_ms"]["graph"],
+                                     "eager": {"triton:wide": 1.0}}),
+               dict(won, timings_ms={"graph": won["timings_ms"]["graph"],
+                                     "eager": {"cublas:default": 1.1}}),
+               dict(won, timings_ms={"graph": won["timings_ms"]["graph"],
+                                     "eager": dict(eager, **{"triton:wide": math.nan})}),
+               dict(won, timings_ms={})]
+    for entry in lacking:
+        assert calibration.winner(entry) == "cublas", entry["timings_ms"]
+    _calibration(monkeypatch, flat)
+    assert dispatch.decide(P, registry=_Registry()).backend == "cublas"
 
 
 def test_a_calibration_win_within_the_entrys_spread_counts_for_cublas():

@@ -283,6 +283,32 @@ def test_crosscheck_takes_one_name_and_refuses_c_for_a_dot():
                       backends="tritonx", time_it=False)
 
 
+def test_a_crosscheck_where_no_backend_ran_does_not_pass():
+    """A report is ok only where some backend ran and every one that ran matched: one where
+    each backend refused the problem checked nothing."""
+    from multibackend.crosscheck import BackendResult, Report
+
+    refused = [BackendResult("raw_wmma", False, reason="no CUDA GPU visible"),
+               BackendResult("cublas", False, reason="no CUDA GPU visible")]
+    report = Report("matmul 4x4x4", "k", "TFLOP/s", list(refused))
+    assert report.ran == 0 and not report.ok
+    assert report.to_dict()["ok"] is False and report.to_dict()["ran"] == 0
+    assert "no backend ran" in str(report)
+    report.results.append(BackendResult("triton", True, ok=True))
+    assert report.ran == 1 and report.ok and "no backend ran" not in str(report)
+    report.results.append(BackendResult("cutlass", True, ok=False, detail="wrong"))
+    assert report.ran == 2 and not report.ok
+
+
+@interpreter_only
+def test_crosscheck_of_backends_that_cannot_run_here_is_not_ok():
+    a = np.ones((4, 4), np.float32)
+    report = mb.crosscheck(a, a, backends=("raw_wmma",), time_it=False)
+    assert [r.supported for r in report.results] == [False, False]
+    assert report.ran == 0 and not report.ok
+    assert mb.crosscheck(a, a, backends="triton", time_it=False).ok
+
+
 def test_patch_names_a_bad_backend_at_once():
     from multibackend import nn
 
@@ -377,6 +403,70 @@ def test_a_cache_directory_without_write_access_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(cache.os, "access", lambda path, mode: False)  # as for a read-only fs
     with pytest.raises(CacheUnusable, match="is not writable"):
         cache.cache_root()
+
+
+def test_the_cache_never_lands_in_the_working_directory(monkeypatch, tmp_path):
+    """``~`` in MULTIBACKEND_CACHE_DIR is the home directory, a relative path is refused by
+    name, and a relative XDG_CACHE_HOME is ignored: none of them puts a cache in the
+    directory the process runs in."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", "~/mbcache")
+    assert cache.cache_root() == tmp_path / "home" / "mbcache"
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", "mbcache")
+    with pytest.raises(CacheUnusable, match="MULTIBACKEND_CACHE_DIR is 'mbcache': a relative "
+                                            "path would put the cache under"):
+        cache.cache_root()
+    monkeypatch.delenv("MULTIBACKEND_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative-cache")
+    assert cache.cache_root() == tmp_path / "home" / ".cache" / "multibackend"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache.cache_root() == tmp_path / "xdg" / "multibackend"
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_a_cache_file_gets_the_mode_a_plain_open_gives(tmp_path, umask):
+    before = os.umask(umask)
+    try:
+        cache.write_checked(tmp_path / "entry.bin", b"data")
+        (tmp_path / "plain.bin").write_bytes(b"data")
+    finally:
+        os.umask(before)
+    want = 0o666 & ~umask
+    assert (tmp_path / "plain.bin").stat().st_mode & 0o777 == want
+    for name in ("entry.bin", "entry.sha256"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == want, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry.bin", "entry.sha256",
+                                                          "plain.bin"]
+
+
+@pytest.mark.parametrize("unreadable", ["entry.bin", "entry.sha256"])
+def test_a_cache_entry_this_process_may_not_read_is_a_miss(monkeypatch, tmp_path, unreadable):
+    """Another account's entry (no read rights: injected, since root reads every file) is
+    rebuilt and replaced, not a PermissionError out of the call."""
+    path = tmp_path / "entry.bin"
+    cache.write_checked(path, b"data")
+    assert cache.read_checked(path, lambda d: True) == b"data"
+    real = {name: getattr(type(path), name) for name in ("read_bytes", "read_text")}
+
+    def refused(name):
+        def read(self, *args, **kwargs):
+            if self.name == unreadable:
+                raise PermissionError(13, "Permission denied", str(self))
+            return real[name](self, *args, **kwargs)
+        return read
+
+    for name in real:
+        monkeypatch.setattr(type(path), name, refused(name))
+    assert cache.read_checked(path, lambda d: True) is None
+    assert cache.read_entry(tmp_path / unreadable, lambda d: True) is None
+    assert (tmp_path / unreadable).exists()
+    cache.write_checked(path, b"new")
+    monkeypatch.undo()
+    assert cache.read_checked(path, lambda d: True) == b"new"
 
 
 def test_an_unusable_cache_leaves_the_compiled_front_off_not_every_call_failing(monkeypatch,

@@ -61,6 +61,65 @@ def test_bars_fail_when_auto_is_slow(tmp_path):
     assert figures["auto_vs_best_ok"] is False and figures["geomean_ok"] is False
 
 
+def _sample_with(tmp_path, change) -> Path:
+    """The sample result with ``change(benchmarks)`` applied, saved as one file."""
+    data = json.loads((SAMPLE / "0001_synthetic_sample.json").read_text())
+    change(data["benchmarks"])
+    path = tmp_path / "changed.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _auto_rows(benchmarks) -> list[dict]:
+    return [b for b in benchmarks
+            if b["extra_info"].get("member") == "auto" and "gpu_ms" in b["extra_info"]]
+
+
+@pytest.mark.parametrize("where", [0, 2, 4])
+def test_a_time_that_is_not_finite_fails_the_bars_it_enters(tmp_path, where):
+    """A failed measurement of ``auto`` on any one shape (first, middle or last, which a min
+    would skip) fails both bars it enters; one of the host overhead fails that bar."""
+    def spoil(benchmarks):
+        _auto_rows(benchmarks)[where]["extra_info"]["gpu_ms"] = float("nan")
+        for bench in benchmarks:
+            if "overhead_us" in bench["extra_info"]:
+                benchmarks.append(copy.deepcopy(bench))
+                benchmarks[-1]["extra_info"]["overhead_us"] = float("nan")
+                break
+
+    figures = bars(load([_sample_with(tmp_path, spoil)]))
+    assert figures["auto_vs_best_ok"] is False and math.isnan(
+        figures["auto_vs_best_worst"]["auto_vs_best"])
+    assert figures["geomean_ok"] is False
+    assert figures["host_overhead_ok"] is False
+
+
+def test_a_benchmark_without_a_time_is_named(tmp_path):
+    def untimed(benchmarks):
+        bench = next(b for b in benchmarks if "gpu_ms" in b["extra_info"])
+        del bench["extra_info"]["gpu_ms"], bench["stats"]
+
+    with pytest.raises(InvalidArgument, match=r"benchmark 'test_matmul\[.*\]' has neither "
+                                              "'gpu_ms' in extra_info nor a 'median' in stats"):
+        load([_sample_with(tmp_path, untimed)])
+
+    def no_dtype(benchmarks):
+        del next(b for b in benchmarks if "gpu_ms" in b["extra_info"])["extra_info"]["dtype"]
+
+    with pytest.raises(InvalidArgument, match="has no 'dtype' in extra_info"):
+        load([_sample_with(tmp_path, no_dtype)])
+
+
+def test_results_of_the_overhead_benchmark_alone_report_without_plots(tmp_path):
+    def overhead_only(benchmarks):
+        benchmarks[:] = [b for b in benchmarks if "overhead_us" in b["extra_info"]]
+
+    text, figures, plots = report([_sample_with(tmp_path, overhead_only)], tmp_path / "png")
+    assert plots == [] and not (tmp_path / "png").exists()
+    assert figures["host_overhead_ok"] is True and figures["auto_vs_best_ok"] is None
+    assert "not measured" not in text and "13.4 us" in text
+
+
 def test_plots_are_valid_pngs(tmp_path):
     paths = plot(load([SAMPLE]), tmp_path)
     assert [p.name for p in paths] == ["tflops.png", "ratio_heatmap.png"]

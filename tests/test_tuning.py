@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from multibackend import cli, tuner, tuning
+from multibackend import cli, environment, tuner, tuning
 from multibackend.backends.base import Config
 from multibackend.capability import Reason
 from multibackend.errors import InvalidArgument
@@ -83,7 +83,7 @@ def test_a_bad_tuning_path_in_the_environment_fails_every_call(tmp_path, monkeyp
     for _ in range(2):  # not once and then silently without the table
         with pytest.raises(InvalidArgument, match="MULTIBACKEND_TUNING is .*does not exist"):
             tuning.status()
-        assert not tuning._TABLES.entries and not tuning._TABLES.sources
+        assert not tuning._ENV_TABLES.entries and not tuning._ENV_TABLES.sources
     key, e = entry(512, 512, 512, "raw_wmma")
     tuning.save_table(tuning.new_table({key: e}), tmp_path / "missing.json")
     assert tuning.status().entries == {good_key: good, key: e}
@@ -97,8 +97,145 @@ def test_merge_later_entries_win_and_environments_must_match():
     merged = tuning.merge(table((k1, e1)), table((k2, e2)), table(entry(1024, 1024, 1024, "cublas")))
     assert set(merged["entries"]) == {k1, k2}
     assert merged["entries"][k1]["backend"] == "cublas"
-    with pytest.raises(InvalidArgument, match="different environments"):
+    with pytest.raises(InvalidArgument, match=r"tables\[1\] and tables\[0\] come from different "
+                                              r"environments \(gpu: tables\[1\] 'NVIDIA H100', "
+                                              r"tables\[0\] 'NVIDIA H200'\)"):
         tuning.merge(table((k1, e1)), table((k2, e2), env={**ENV, "gpu": "NVIDIA H100"}))
+
+
+@pytest.mark.parametrize("tables, words", [
+    ([{"format": tuning.FORMAT, "entries": {}}], r"tables\[0\] has no 'environment' object"),
+    ([table(), table(("k", 3))], r"tables\[1\] entry 'k' lacks everything \(it is not an "
+                                 r"object\): every entry needs backend"),
+    ([table(), "t.json"], r"tables\[1\] has format None: expected a tuning table of format 1"),
+    ([table(), {**table(), "entries": []}], r"tables\[1\] has no 'entries' object")])
+def test_merge_refuses_a_table_lookup_cannot_use(tables, words):
+    with pytest.raises(InvalidArgument, match=f"^merge: {words}"):
+        tuning.merge(*tables)
+
+
+# -- the tables in use ------------------------------------------------------------------------
+
+@pytest.fixture
+def no_tables(monkeypatch):
+    """No table loaded and no MULTIBACKEND_TUNING, before and after the test."""
+    monkeypatch.delenv(tuning.ENV_TUNING, raising=False)
+    tuning.clear()
+    yield
+    tuning.clear()
+
+
+def saved(tmp_path, name: str, *entries, env=None) -> str:
+    """A table of ``entries`` written to ``name``, in this machine's environment unless
+    ``env``."""
+    made = table(*entries, env=env) if env else tuning.new_table(dict(entries))
+    return str(tuning.save_table(made, tmp_path / name))
+
+
+def test_the_variables_tables_follow_its_value(tmp_path, monkeypatch, no_tables):
+    """A changed value replaces the tables of the former one, and an empty one leaves none."""
+    (k1, e1), (k2, e2) = entry(512, 512, 512, "triton"), entry(2048, 2048, 2048, "cutlass")
+    first, second = saved(tmp_path, "first.json", (k1, e1)), saved(tmp_path, "second.json",
+                                                                   (k2, e2))
+    p1 = synthetic(512, 512, 512)
+    monkeypatch.setenv(tuning.ENV_TUNING, first)
+    assert tuning.lookup(p1).backend == "triton"
+    before = tuning.generation()
+    monkeypatch.setenv(tuning.ENV_TUNING, second)
+    assert tuning.status().entries == {k2: e2} and tuning.status().sources == [second]
+    assert tuning.lookup(p1) is None and tuning.generation() != before
+    monkeypatch.setenv(tuning.ENV_TUNING, "")
+    assert tuning.status().entries == {} and tuning.status().sources == []
+    assert tuning.lookup(synthetic(2048, 2048, 2048)) is None
+
+
+def test_a_table_loaded_in_code_wins_over_the_variables(tmp_path, monkeypatch, no_tables):
+    """The variable's tables come first, as if loaded at start, even where they are read
+    after the program's own load; a changed value keeps the program's table."""
+    key, mine = entry(512, 512, 512, "triton")
+    monkeypatch.setenv(tuning.ENV_TUNING, saved(tmp_path, "env.json",
+                                                entry(512, 512, 512, "raw_wmma")))
+    assert tuning.load_tuning(saved(tmp_path, "mine.json", (key, mine))) == []
+    assert tuning.lookup(synthetic(512, 512, 512)).backend == "triton"
+    monkeypatch.setenv(tuning.ENV_TUNING, saved(tmp_path, "other.json",
+                                                entry(512, 512, 512, "cutlass")))
+    assert tuning.lookup(synthetic(512, 512, 512)).backend == "triton"
+    assert tuning.status().sources == [str(tmp_path / "other.json"), str(tmp_path / "mine.json")]
+
+
+def test_a_table_set_aside_is_warned_about_and_explained(tmp_path, monkeypatch, no_tables):
+    import torch
+
+    from multibackend import dispatch
+
+    h100 = {**ENV, "gpu": "NVIDIA H100"}
+    path = saved(tmp_path, "h100.json", entry(64, 48, 32, "triton"), env=h100)
+    diff = "; ".join(tuning.mismatch(h100, environment.fingerprint()))
+    monkeypatch.setenv(tuning.ENV_TUNING, path)
+    with pytest.warns(RuntimeWarning, match=f"tuning table '{path}' is not used: it was made "
+                                            "in another environment .*gpu: table 'NVIDIA H100'"):
+        assert tuning.status().rejected == [f"{path}: made in another environment ({diff})"]
+    problem = matmul_call(torch.ones(64, 32, dtype=torch.float16),
+                          torch.ones(32, 48, dtype=torch.float16)).problem
+    decision = dispatch.decide(problem)
+    assert f"tuning tables set aside: {path}: made in another environment" in decision.detail
+
+
+def triton_config_with(problem, **params):
+    """Triton's first config with tile parameters for ``problem``, and that config with
+    ``params`` changed, as an entry's JSON holds it."""
+    from multibackend.registry import REGISTRY
+
+    own = next(c for c in REGISTRY.get("triton").configs(problem) if c.params)
+    return own, {**own.as_dict(), **params}
+
+
+@pytest.fixture
+def cpu_problem():
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(64, 32, generator=gen).to(torch.float16)
+    b = torch.randn(32, 48, generator=gen).to(torch.float16)
+    return a, b, matmul_call(a, b).problem
+
+
+def test_a_table_config_its_backend_refuses_never_runs(tmp_path, no_tables, cpu_problem):
+    """An entry's parameters that no kernel runs whole (GROUP_M 0: a division by zero in the
+    tile order) are refused as a caller's config=, and triton's own config of that name runs
+    instead, saying so."""
+    import torch
+
+    import multibackend as mb
+    from multibackend import dispatch
+
+    a, b, problem = cpu_problem
+    own, bad = triton_config_with(problem, GROUP_M=0)
+    with pytest.raises(InvalidArgument, match="GROUP_M is 0"):
+        mb.matmul(a, b, backend="triton", config=Config.from_dict(bad))
+    tuning.load_tuning(saved(tmp_path, "t.json", (problem.key, {
+        "backend": "triton", "config": bad, "family": tuning.family(problem),
+        "m": problem.m, "n": problem.n, "k": problem.k})))
+    decision = dispatch.decide(problem)
+    assert (decision.rule, decision.backend, decision.config) == ("tuning-table", "triton", own)
+    assert (f"the entry's {own.name} fails triton's config check (GROUP_M is 0: expected a "
+            f"whole number of at least 1): triton's own {own.name} runs it") in decision.detail
+    d = torch.as_tensor(mb.matmul(a, b)).float()
+    assert torch.allclose(d, a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+
+
+def test_an_autotuned_config_its_backend_refuses_never_runs(monkeypatch, no_tables,
+                                                            cpu_problem):
+    from multibackend import autotune, dispatch
+
+    _, _, problem = cpu_problem
+    own, bad = triton_config_with(problem, BLOCK_M=24)
+    stored = {"backend": "triton", "config": bad, "mode": "eager", "spread": 0.01,
+              "timings_ms": {f"triton:{own.name}": 1.0}}
+    monkeypatch.setattr(autotune.STORE, "get", lambda p, mode: stored if p == problem else None)
+    decision = dispatch.decide(problem, autotune="eager")
+    assert (decision.rule, decision.config) == ("autotune", own)
+    assert "BLOCK_M is 24: a tile size is a power of two" in decision.detail
 
 
 # -- bucketing --------------------------------------------------------------------------------
@@ -132,7 +269,9 @@ def test_table_from_other_environment_is_reported_not_used(tmp_path):
     path = tuning.save_table(table((key, e), env={**ENV, "gpu": "Some Other GPU"}),
                              tmp_path / "other.json")
     tables = tuning.TuningTables()
-    diff = tuning.load_tuning(path, tables=tables)
+    with pytest.warns(RuntimeWarning, match=f"{path}.* another environment .*gpu: table "
+                                            "'Some Other GPU'"):
+        diff = tuning.load_tuning(path, tables=tables)
     assert any(d.startswith("gpu:") for d in diff)
     assert tables.entries == {} and "another environment" in tables.rejected[0]
     assert tuning.lookup(synthetic(512, 512, 512), tables) is None
@@ -651,6 +790,86 @@ def test_the_cli_mode_flag_reaches_the_timer(monkeypatch, tmp_path, flags, mode,
     entry = only_entry(tuning.read_table(out))
     assert entry["mode"] == mode
     assert entry["screening_ms"]["graphy:default"] == graphy_first_ms  # timed in the mode
+
+
+def tune_stub(monkeypatch, made: dict | None) -> list:
+    """``tuner.tune`` replaced by one that returns ``made`` (None: fails the test), and the
+    list of the shapes it was called with."""
+    calls = []
+
+    def stub(shapes, **kwargs):
+        assert made is not None, "tune ran"
+        calls.append(shapes)
+        return made
+
+    monkeypatch.setattr(tuner, "tune", stub)
+    return calls
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "is not valid JSON"),
+    (json.dumps({"format": tuning.FORMAT, "entries": {}}), "has no 'environment' object")])
+def test_tune_merge_refuses_an_out_that_is_no_table_before_the_run(
+        monkeypatch, tmp_path, capsys, content, words):
+    out = tmp_path / "t.json"
+    out.write_text(content)
+    tune_stub(monkeypatch, None)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["tune", "--shape", "16x8x8", "--out", str(out), "--merge"])
+    assert exit_info.value.code == 2
+    assert f"tune: --merge into --out '{out}': load_tuning: '{out}' {words}" in \
+        capsys.readouterr().err
+    assert out.read_text() == content
+
+
+def test_tune_merge_refuses_an_out_of_another_environment_before_the_run(
+        monkeypatch, tmp_path, capsys):
+    out = tmp_path / "t.json"
+    tuning.save_table(table(entry(512, 512, 512, "triton")), out)
+    before = out.read_text()
+    tune_stub(monkeypatch, None)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["tune", "--shape", "16x8x8", "--out", str(out), "--merge"])
+    assert exit_info.value.code == 2
+    here = environment.fingerprint()
+    err = capsys.readouterr().err
+    assert (f"tune: --merge into --out '{out}': that table was made in another environment "
+            f"than this machine (cc: {out} '9.0', this machine {here['cc']!r};") in err
+    assert f"gpu: {out} 'NVIDIA H200', this machine {here['gpu']!r}" in err
+    assert out.read_text() == before
+
+
+def test_tune_merge_adds_the_run_to_out(monkeypatch, tmp_path):
+    out = tmp_path / "t.json"
+    k1, e1 = entry(512, 512, 512, "triton")
+    k2, e2 = entry(1024, 1024, 1024, "cutlass")
+    tuning.save_table(tuning.new_table({k1: e1, k2: e2}), out)
+    k3, e3 = entry(1024, 1024, 1024, "triton")
+    calls = tune_stub(monkeypatch, tuning.new_table({k2: e3, k3: e3}))
+    assert cli.main(["tune", "--shape", "16x8x8", "--out", str(out), "--merge"]) == 0
+    assert calls == [["16x8x8"]]
+    assert tuning.read_table(out)["entries"] == {k1: e1, k2: e3}
+
+
+def test_tune_merge_over_a_scheduler_keeps_a_run_of_another_environment(
+        monkeypatch, tmp_path, capsys):
+    """The workers' environment is known only once the run starts: a run that cannot merge
+    is written beside --out, not thrown away."""
+    out = tmp_path / "t.json"
+    tuning.save_table(table(entry(512, 512, 512, "triton"), env={**ENV, "gpu": "NVIDIA H100"}),
+                      out)
+    before = out.read_text()
+    run = table(entry(1024, 1024, 1024, "triton"))
+    tune_stub(monkeypatch, run)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["tune", "--shape", "16x8x8", "--out", str(out), "--merge",
+                  "--scheduler", "tcp://host:8786"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    kept = tmp_path / "t.unmerged.json"
+    assert (f"than this run (gpu: {out} 'NVIDIA H100', this run 'NVIDIA H200'): only tables "
+            f"of one environment merge; this run is written to {kept}") in err
+    assert tuning.read_table(kept) == run and out.read_text() == before
 
 
 def test_the_cli_refuses_an_unknown_mode(capsys, tmp_path):

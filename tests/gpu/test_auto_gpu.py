@@ -155,6 +155,35 @@ def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
     assert autotune.Store(files[0]).get(decision.problem, "eager") is None
 
 
+def test_first_call_autotune_of_a_dot_drops_a_candidate_that_writes_nothing(tmp_path,
+                                                                            monkeypatch):
+    """A dot takes no ``out``: its candidates are checked in the call's own result, poisoned,
+    so one that writes nothing fails there, where in fresh memory it could pass on the right
+    answer an earlier candidate left in it."""
+    from multibackend import autotune, plans
+    from multibackend.request import dot_call
+
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(autotune, "STORE", autotune.Store())
+    plans.forget()
+    triton = REGISTRY.get("triton")
+    writes, poisoned = triton.run, []
+
+    def writes_nothing(problem, operands, config):
+        if problem.op != "dot":
+            return writes(problem, operands, config)
+        poisoned.append(bool(torch.isnan(operands.d).all()))
+
+    monkeypatch.setattr(triton, "run", writes_nothing)
+    x, y = _rand((4099,), torch.float32, 41), _rand((4099,), torch.float32, 42)
+    got = mb.dot(x, y, autotune="eager")
+    assert torch.allclose(got.double(), x.double() @ y.double(), rtol=1e-5)
+    assert poisoned == [True]  # checked once, in poisoned memory
+    entry = autotune.STORE.get(dot_call(x, y).problem, "eager")
+    assert entry["backend"] != "triton" and "triton" not in entry["timings_ms"]
+    assert "triton" in entry["dropped"], entry
+
+
 def test_a_shape_past_its_familys_bounds_is_served_by_the_compiled_front(monkeypatch):
     """A plain call whose shape lies past its family's bounds gets an exact plan in the
     compiled front (where it is built): repeated, it costs what a family-served call does."""
