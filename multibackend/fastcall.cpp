@@ -23,7 +23,8 @@
 //   algorithms.
 // serve_dot(x, y, backend, autotune, options) answers dot(x, y) and dot(x, y, backend=name) (or
 // autotune=mode) the same way from native plans remembered under the words "dot:backend" and
-// "dot:autotune", whose D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays.
+// "dot:autotune", whose D is 0-d; serve_arrays and serve_dot_arrays do the same for CuPy arrays
+// (out=D too, where the plan is one of launches and D is what it would allocate).
 // With out=D, a plan of 2-D A and B made by at::mm or our kernels writes D in place of the tensor
 // it would allocate, where D is what that tensor would be: a plain torch tensor of the plan's
 // dtype, sizes and device, row-major contiguous, 16-byte aligned (the alignment the plan was
@@ -1099,6 +1100,7 @@ PyObject* array_empty = nullptr;    // cupy.empty
 PyObject* array_stream = nullptr;   // () -> the raw handle of CuPy's current stream
 PyObject* array_plans = nullptr;    // key (array_key) -> capsule of an ArrayPlan
 PyObject *data_name, *ptr_name, *device_id_name, *dtype_name, *shape_name, *strides_name;
+PyObject* itemsize_name;
 
 void release_array_plan(PyObject* capsule) {
   delete static_cast<ArrayPlan*>(PyCapsule_GetPointer(capsule, "multibackend.ArrayPlan"));
@@ -1125,9 +1127,9 @@ bool address_of(PyObject* array, unsigned long long* address, long long* device)
 
 // The key of a call on CuPy arrays, as plans.py's hand_over_native_arrays makes it: (word,
 // value, then for A and B the dtype, shape, strides (bytes) and address modulo 256, then the
-// device). Null on a Python error.
+// device, also left in *device). Null on a Python error.
 PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
-                    unsigned long long pointers[2]) {
+                    unsigned long long pointers[2], long long* device) {
   PyObject* parts[11] = {word, value};
   long long devices[2] = {0, 0};
   PyObject* arrays[2] = {A, B};
@@ -1142,6 +1144,7 @@ PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
     ok = ok && parts[5 + 4 * i] != nullptr;
   }
   parts[10] = ok ? PyLong_FromLongLong(devices[0]) : nullptr;
+  *device = devices[0];
   ok = ok && parts[10] != nullptr && devices[0] == devices[1];
   PyObject* key = ok ? PyTuple_New(11) : nullptr;
   for (int i = 0; i < 11; ++i) {
@@ -1160,15 +1163,95 @@ PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
   return key;
 }
 
+// The caller's `out` written by a native plan of arrays at `pointers` (A and B) where
+// takes_array_out holds, else MISS (null on a Python error).
+PyObject* serve_array_out(const ArrayPlan& plan, const unsigned long long pointers[2],
+                          long long device, const long long spans[2], PyObject* out);
+
+// The bytes from an array's address to just past its last element (0 for an empty one), from
+// its dtype, shape and strides (bytes) as a key holds them; -1 on a Python error.
+long long array_span(PyObject* dtype, PyObject* shape, PyObject* strides) {
+  PyObject* size = PyObject_GetAttr(dtype, itemsize_name);
+  if (size == nullptr) return -1;
+  long long span = PyLong_AsLongLong(size);
+  Py_DECREF(size);
+  if (!PyTuple_Check(shape) || !PyTuple_Check(strides) ||
+      PyTuple_GET_SIZE(shape) != PyTuple_GET_SIZE(strides)) {
+    PyErr_SetString(PyExc_TypeError, "serve_arrays: an array's shape or strides is no tuple");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape) && span >= 0; ++i) {
+    const long long extent = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+    if (PyErr_Occurred()) return -1;
+    if (extent == 0) return 0;
+    span += (extent - 1) * stride;
+  }
+  return span;
+}
+
+// 1 when `out` (an ndarray) is the D a native plan would allocate: the plan's dtype and shape,
+// row-major contiguous, 16-byte aligned, on `device`, sharing no byte with A or B (`spans`: from
+// each one's address in `pointers`); 0 when not, -1 on a Python error. Its address goes to *at.
+int takes_array_out(PyObject* out, const ArrayPlan& plan, long long device,
+                    const unsigned long long pointers[2], const long long spans[2],
+                    unsigned long long* at) {
+  const Native& n = *plan.native;
+  PyObject* dtype = PyObject_GetAttr(out, dtype_name);
+  if (dtype == nullptr) return -1;
+  const int same = PyObject_RichCompareBool(dtype, plan.d_dtype, Py_EQ);
+  Py_DECREF(dtype);
+  if (same <= 0) return same;
+  PyObject* shape = PyObject_GetAttr(out, shape_name);
+  PyObject* strides = shape != nullptr ? PyObject_GetAttr(out, strides_name) : nullptr;
+  int fits = strides != nullptr && PyTuple_Check(shape) && PyTuple_Check(strides) &&
+             PyTuple_GET_SIZE(shape) == static_cast<Py_ssize_t>(n.d_sizes.size()) &&
+             PyTuple_GET_SIZE(strides) == PyTuple_GET_SIZE(shape);
+  long long expected = static_cast<long long>(c10::elementSize(n.d_type));  // bytes
+  for (Py_ssize_t i = fits ? PyTuple_GET_SIZE(shape) - 1 : -1; i >= 0; --i) {
+    const long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+    fits = fits && size == n.d_sizes[i] && stride == expected;
+    expected *= size;
+  }
+  Py_XDECREF(shape);
+  Py_XDECREF(strides);
+  if (PyErr_Occurred()) return -1;
+  long long out_device = 0;
+  if (!fits || !address_of(out, at, &out_device)) return PyErr_Occurred() ? -1 : 0;
+  if (out_device != device || (*at & 15) != 0) return 0;
+  const unsigned long long bytes = static_cast<unsigned long long>(expected);
+  for (int i = 0; i < 2; ++i) {
+    const unsigned long long span = static_cast<unsigned long long>(spans[i]);
+    if (bytes != 0 && span != 0 && *at < pointers[i] + span && pointers[i] < *at + bytes)
+      return 0;
+  }
+  return 1;
+}
+
 // D for a repeated call of CuPy arrays A and B with the option `word` at `value` whose native
-// plan was handed over (remember_arrays), else MISS.
-PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* value) {
+// plan was handed over (remember_arrays), written into the caller's `out` where not null and
+// takes_array_out holds; else MISS.
+PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* value,
+                           PyObject* out) {
   if (array_plans == nullptr || Py_TYPE(A) != (PyTypeObject*)array_type ||
-      Py_TYPE(B) != (PyTypeObject*)array_type)
+      Py_TYPE(B) != (PyTypeObject*)array_type ||
+      (out != nullptr && Py_TYPE(out) != (PyTypeObject*)array_type))
     return missed();
   unsigned long long pointers[2] = {0, 0};
-  PyObject* key = array_key(word, value, A, B, pointers);
+  long long device = 0, spans[2] = {0, 0};
+  PyObject* key = array_key(word, value, A, B, pointers, &device);
   if (key == nullptr) return nullptr;
+  if (out != nullptr && key != Py_None) {
+    for (int i = 0; i < 2; ++i) {
+      spans[i] = array_span(PyTuple_GET_ITEM(key, 2 + 4 * i), PyTuple_GET_ITEM(key, 3 + 4 * i),
+                            PyTuple_GET_ITEM(key, 4 + 4 * i));
+      if (spans[i] < 0) {
+        Py_DECREF(key);
+        return nullptr;
+      }
+    }
+  }
   PyObject* found = key == Py_None ? nullptr : PyDict_GetItemWithError(array_plans, key);
   Py_DECREF(key);
   if (found == nullptr) return PyErr_Occurred() ? nullptr : missed();
@@ -1176,6 +1259,7 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
       *static_cast<ArrayPlan*>(PyCapsule_GetPointer(found, "multibackend.ArrayPlan"));
   const int now = current(plan.made);
   if (now <= 0) return now < 0 ? nullptr : missed();
+  if (out != nullptr) return serve_array_out(plan, pointers, device, spans, out);
   if (plan.produce != nullptr) {
     PyObject* operands[2] = {A, B};
     PyObject* D = PyObject_Vectorcall(plan.produce, operands, 2, nullptr);
@@ -1202,17 +1286,36 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
   return D;
 }
 
+PyObject* serve_array_out(const ArrayPlan& plan, const unsigned long long pointers[2],
+                          long long device, const long long spans[2], PyObject* out) {
+  if (plan.native == nullptr) return missed();  // a library's own call: the Python path
+  unsigned long long at = 0;
+  const int fits = takes_array_out(out, plan, device, pointers, spans, &at);
+  if (fits <= 0) return fits < 0 ? nullptr : missed();
+  uintptr_t stream = 0;
+  const int ready = stream_for(*plan.native, array_stream, nullptr, &stream);
+  if (ready <= 0) return ready < 0 ? nullptr : missed();
+  const uintptr_t all[3] = {pointers[0], pointers[1], static_cast<uintptr_t>(at)};
+  if (!launch_steps(*plan.native, all, stream)) return missed();
+  ++served_count;
+  Py_INCREF(out);
+  return out;
+}
+
 // serve_arrays(A, B, C, backend, autotune, options): a repeated matmul of CuPy arrays
-// (serve_array_call).
+// (serve_array_call), with out=D where given.
 PyObject* serve_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 6) {
     PyErr_SetString(PyExc_TypeError, "serve_arrays takes (A, B, C, backend, autotune, options)");
     return nullptr;
   }
-  PyObject *word, *value;
-  if (args[2] != Py_None || !option_of(args[3], args[4], keywords(args[5]), &word, &value))
+  PyObject *word, *value, *packed, *out;
+  if (args[2] != Py_None ||
+      !matmul_option_of(args[3], args[4], args[5], &word, &value, &packed, &out))
     return missed();
-  return serve_array_call(args[0], args[1], word, value);
+  PyObject* d = serve_array_call(args[0], args[1], word, value, out);
+  Py_XDECREF(packed);
+  return d;
 }
 
 // serve_dot_arrays(x, y, backend, autotune, options): a repeated dot of CuPy arrays
@@ -1224,7 +1327,7 @@ PyObject* serve_dot_arrays(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   PyObject *word, *value;
   if (!option_of(args[2], args[3], keywords(args[4]), &word, &value)) return missed();
-  return serve_array_call(args[0], args[1], dot_word(word), value);
+  return serve_array_call(args[0], args[1], dot_word(word), value, nullptr);
 }
 
 // bind_arrays(ndarray type, empty, stream getter): the array library of serve_arrays.
@@ -1397,11 +1500,13 @@ PyMODINIT_FUNC PyInit__fastcall() {
   dtype_name = PyUnicode_InternFromString("dtype");
   shape_name = PyUnicode_InternFromString("shape");
   strides_name = PyUnicode_InternFromString("strides");
+  itemsize_name = PyUnicode_InternFromString("itemsize");
   if (backend_word == nullptr || autotune_word == nullptr || auto_word == nullptr ||
       config_word == nullptr || out_word == nullptr ||
       dot_backend_word == nullptr || dot_autotune_word == nullptr ||
       data_name == nullptr || ptr_name == nullptr || device_id_name == nullptr ||
-      dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr)
+      dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr ||
+      itemsize_name == nullptr)
     return nullptr;
   return PyModule_Create(&module);
 }

@@ -17,7 +17,8 @@ its candidates) is served the same way, so that a config's eager timing is the o
 planned from a tuning table sees. Each of these calls may also give ``out=D`` where D is what
 the plan would allocate (a plain torch tensor of D's dtype, sizes and device, row-major
 contiguous, 16-byte aligned, sharing no byte with A or B): the same plan then writes D, with
-``at::mm_out`` or the kernels' launches, and the call answers D. The same holds for a repeated ``dot`` of our kernels, and
+``at::mm_out`` or the kernels' launches, and the call answers D; the same holds for a CuPy
+``out`` where the plan of CuPy arrays is one of launches. The same holds for a repeated ``dot`` of our kernels, and
 for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty``), whose
 cuBLAS products it launches as ``cublasGemmEx`` itself.
 

@@ -179,18 +179,26 @@ def _gpu_present() -> bool:
 
 
 def as_allocated(out: Any, a: Any, b: Any) -> bool:
-    """Whether ``out``, given for a product of 2-D torch tensors ``a`` and ``b`` (its shape
-    and dtype already checked), is what a plan of the call without it would allocate for D:
-    a plain torch tensor on A's device, row-major contiguous, 16-byte aligned (the alignment
-    the call is decided with). Such a call has that call's Problem, so the compiled front
-    serves both with one plan, writing ``out`` in place of the tensor it allocates."""
-    tensor = sys.modules["torch"].Tensor if "torch" in sys.modules else None
-    if tensor is None or not (out.__class__ is a.__class__ is b.__class__ is tensor):
+    """Whether ``out``, given for a product of 2-D torch tensors or CuPy arrays ``a`` and
+    ``b`` (its shape and dtype already checked), is what a plan of the call without it would
+    allocate for D: an array of their own class on A's device, row-major contiguous, 16-byte
+    aligned (the alignment the call is decided with). Such a call has that call's Problem,
+    so the compiled front serves both with one plan, writing ``out`` in place of the array
+    it allocates."""
+    cls = out.__class__
+    if not (cls is a.__class__ is b.__class__):
         return False
-    if a.dim() != 2 or b.dim() != 2 or out.dim() != 2 or out.is_neg():
-        return False
-    return (out.stride() == (out.shape[1], 1) and out.data_ptr() % 16 == 0
-            and out.device == a.device)
+    torch, cupy = sys.modules.get("torch"), sys.modules.get("cupy")
+    if torch is not None and cls is torch.Tensor:
+        if a.dim() != 2 or b.dim() != 2 or out.dim() != 2 or out.is_neg():
+            return False
+        return (out.stride() == (out.shape[1], 1) and out.data_ptr() % 16 == 0
+                and out.device == a.device)
+    if cupy is not None and cls is cupy.ndarray:
+        return (a.ndim == b.ndim == out.ndim == 2 and out.data.ptr % 16 == 0
+                and out.strides == (out.shape[1] * out.itemsize, out.itemsize)
+                and out.device.id == a.device.id)
+    return False
 
 
 def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:

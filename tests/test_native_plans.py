@@ -503,3 +503,39 @@ def test_a_native_plan_writes_an_out_like_its_own_d_and_no_other(module):
         assert module.serve(a, b, None, "auto", None, {"out": out}) is plans.MISS
         assert out.isnan().all()
     assert len(entry.calls) == 1
+
+
+def test_a_native_plan_of_arrays_writes_an_out_like_its_own_d_and_no_other(module):
+    """serve_arrays with out=D: served where D is what the plan would allocate (dtype, shape,
+    row-major contiguous, 16-byte aligned, on A's device) and shares no byte with A or B; the
+    call answers D itself. Anything else is MISS with no step run."""
+    module.bind_arrays(HostArray, host_empty, lambda: 0)
+    room = torch.full((56,), float("nan"))
+    a = room[:30].view(6, 5).copy_(small_ints(6, 5))  # A, then room for D after it
+    b = small_ints(5, 4, seed=2)
+    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
+    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
+                            (native.A, native.B, native.D, native.D), 1.0, 0.0)
+    key = plans.array_key(("backend", "triton"), a, b)
+    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (6, 4),
+                           plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
+                           entry)
+
+    def serve(out):
+        return module.serve_arrays(HostArray(a), HostArray(b), None, "triton", None,
+                                   {"out": out})
+
+    for d in [torch.full((6, 4), float("nan")), room[32:].view(6, 4)]:  # 8 bytes past A
+        out = HostArray(d)
+        assert serve(out) is out and torch.equal(d, a @ b)
+    assert len(entry.calls) == 2
+    skewed = torch.full((6 * 4 + 1,), float("nan"))
+    for d in [torch.full((6, 4), float("nan"), dtype=torch.float64),
+              torch.full((4, 6), float("nan")).T, torch.full((6, 5), float("nan")),
+              torch.full((6, 5), float("nan"))[:, :4], skewed[1:].view(6, 4),
+              room[28:52].view(6, 4)]:  # the last 8 bytes of A
+        before = d.clone()
+        assert serve(HostArray(d)) is plans.MISS
+        assert bool(((d == before) | (d.isnan() & before.isnan())).all())
+    assert serve(d.numpy()) is plans.MISS  # not an array of the bound library
+    assert len(entry.calls) == 2

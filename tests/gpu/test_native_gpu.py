@@ -129,6 +129,27 @@ def test_a_repeated_call_with_out_is_launched_by_the_front(backend):
     over = room[(m - 8) * k:(m - 8) * k + m * n].view(m, n)
     with pytest.raises(mb.InvalidArgument, match="out shares memory with A"):
         mb.matmul(inside, b, backend=backend, out=over)
+@pytest.mark.parametrize("backend", ["cublas", *BACKENDS])
+def test_a_repeated_call_on_cupy_arrays_with_out_is_launched_by_the_front(backend):
+    """The same for CuPy arrays: from the third call the front writes the caller's own out
+    (cuBLAS's by cublasGemmEx) and answers it."""
+    _available(backend)
+    cupy = pytest.importorskip("cupy")
+    module = _front()
+    a = cupy.from_dlpack(_rand((96, 256), seed=41))
+    b = cupy.from_dlpack(_rand((256, 80), seed=42))
+    out = cupy.full((96, 80), float("nan"), dtype=cupy.float16)
+    for _ in range(2):
+        assert mb.matmul(a, b, backend=backend, out=out) is out
+    expected = out.copy()
+    _check(torch.from_dlpack(a), torch.from_dlpack(b), torch.from_dlpack(expected))
+    out.fill(float("nan"))
+    served = module.stats()[2]
+    assert mb.matmul(a, b, backend=backend, out=out) is out
+    assert module.stats()[2] == served + 1, f"{backend} with a CuPy out was not served"
+    assert bool((out == expected).all())
+
+
 @pytest.mark.parametrize("backend", ["triton", "cutlass"])
 def test_a_repeated_batch_over_a_broadcast_b_is_launched_by_the_front(backend):
     """A batch whose A stacks its entries over a 2-D B runs as one product of every entry's
