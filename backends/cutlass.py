@@ -511,7 +511,7 @@ class CutlassBackend(Backend):
         return cutlass_build.cached_library(key) is not None
 
     def _prepare(self, problem: Problem, config: Config) -> _Prepared:
-        key = (problem, config.name)
+        key = (problem, config)
         found = self._prepared.get(key)
         if found is not None:
             return found

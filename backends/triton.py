@@ -708,13 +708,13 @@ class TritonBackend(Backend):
         """``statics`` kept for this problem and config (the table emptied when full)."""
         if len(self._statics) >= LAUNCH_LIMIT:
             self._statics.clear()
-        self._statics[(problem, config.name)] = statics
+        self._statics[(problem, config)] = statics
         return statics
 
     def _matmul_statics(self, problem: Problem, config: Config) -> tuple:
         """(grid, constexprs and launch options) of the pointer kernel for this problem and
         config, worked out once."""
-        found = self._statics.get((problem, config.name))
+        found = self._statics.get((problem, config))
         if found is not None:
             return found
         bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
@@ -732,7 +732,7 @@ class TritonBackend(Backend):
         ints = (problem.m, problem.n, problem.k, *_strides3(a), *_strides3(b), *c_strides,
                 *_strides3(d))
         scale = ops.alpha != 1
-        key = (problem, config.name, scale, c is not None, ints,
+        key = (problem, config, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (key, grid, (a, b, c_arg, d, *ints, ops.alpha, ops.beta),
                 lambda: dict(constexprs, HAS_C=c is not None, SCALE=scale,
@@ -771,7 +771,7 @@ class TritonBackend(Backend):
         programs = min(self._sm_count(a), triton.cdiv(problem.m, bm) * triton.cdiv(problem.n, bn))
         ints = (problem.m, problem.n, problem.k, c.stride(0), c.stride(1), d.stride(0),
                 d.stride(1))
-        key = (problem, config.name, has_c, scale, d_tma, programs, ints,
+        key = (problem, config, has_c, scale, d_tma, programs, ints,
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
@@ -798,7 +798,7 @@ class TritonBackend(Backend):
         """The split-K kernels' grids, workspace and constexprs for this problem and config,
         worked out once. The split actually run is the config's made exact for this K (no
         empty slice): the same as the config's for the problems it was offered for."""
-        found = self._statics.get((problem, config.name))
+        found = self._statics.get((problem, config))
         if found is not None:
             return found
         if not splitk_eligible(problem):
@@ -835,8 +835,8 @@ class TritonBackend(Backend):
         c_strides = _strides3(c) if c is not None else (0, 0, 0)
         rints = (problem.m, problem.n, plan.splits, *c_strides, *_strides3(d))
         scale = ops.alpha != 1
-        partial_key = (problem, config.name, ints, aligned(a.data_ptr(), b.data_ptr()))
-        reduce_key = (problem, config.name, scale, c is not None, rints,
+        partial_key = (problem, config, ints, aligned(a.data_ptr(), b.data_ptr()))
+        reduce_key = (problem, config, scale, c is not None, rints,
                       aligned(c_arg.data_ptr(), d.data_ptr()))
         return (plan, partial_key, ints, reduce_key,
                 (c_arg, d, *rints, ops.alpha, ops.beta),
@@ -854,7 +854,7 @@ class TritonBackend(Backend):
         ints = (problem.m, problem.n, problem.k, plan.k_slice, *_strides3(a), *_strides3(b),
                 *c_strides, *_strides3(d))
         scale = ops.alpha != 1
-        key = (problem, config.name, scale, c is not None, ints,
+        key = (problem, config, scale, c is not None, ints,
                aligned(a.data_ptr(), b.data_ptr(), c_arg.data_ptr(), d.data_ptr()))
         return (plan, key, ints,
                 lambda: dict(plan.constexprs, HAS_C=c is not None, SCALE=scale,
@@ -940,7 +940,7 @@ class TritonBackend(Backend):
             work = counters
         ints = (problem.m, problem.n, problem.k, plan.k_slice, c.stride(0), c.stride(1),
                 d.stride(0), d.stride(1))
-        key = (problem, config.name, has_c, scale, reduce, ints,
+        key = (problem, config, has_c, scale, reduce, ints,
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
@@ -1086,7 +1086,7 @@ class TritonBackend(Backend):
             :words * programs].view(ops.d.dtype)
         first, finish = self._dot_launchers()
         x, y = ops.a, ops.b
-        first((problem, config.name), (programs, 1, 1), ops.stream,
+        first((problem, config), (programs, 1, 1), ops.stream,
               (x, y, partial, problem.k, x.stride(0), y.stride(0)),
               lambda: {"BLOCK": block, "ACC": acc, "num_warps": warps})
         finish((problem.acc, programs), (1, 1, 1), ops.stream, (partial, ops.d, programs),
@@ -1098,7 +1098,7 @@ class TritonBackend(Backend):
 
         programs = self._dot_programs(problem, config.get("BLOCK"), ops.a)
         first, finish = self._dot_launchers()
-        kept, last = first.kept((problem, config.name)), finish.kept((problem.acc, programs))
+        kept, last = first.kept((problem, config)), finish.kept((problem.acc, programs))
         if kept is None or last is None:
             return None
         partial = torch.empty((programs,), dtype=ops.d.dtype, device=ops.d.device)

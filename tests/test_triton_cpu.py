@@ -462,3 +462,24 @@ def test_dot_has_no_bound_launch():
     x = torch.rand(100)
     call = dot_call(x, x)
     assert backend.bind(call.problem, backend.configs(call.problem)[0], call.operands) is None
+
+
+def test_configs_of_one_name_and_other_parameters_each_run_their_own():
+    """A kernel's launch settings are kept per config, not per name: a caller's config that
+    shares a name with an earlier one but not its tiles runs its own tiles."""
+    from multibackend.backends.base import Config
+    from multibackend.registry import REGISTRY
+
+    gen = torch.Generator().manual_seed(5)
+    a, b = _rand((40, 24), torch.float16, gen), _rand((24, 36), torch.float16, gen)
+    backend = REGISTRY.get("triton")
+    problem = matmul_call(a, b, None).problem
+    expected = (a.double() @ b.double()).half()
+    grids = []
+    for block_n in (16, 32):
+        config = Config.of("mine", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=32, GROUP_M=1,
+                           num_warps=4, num_stages=1)
+        torch.testing.assert_close(mb.matmul(a, b, backend="triton", config=config), expected,
+                                   rtol=1e-3, atol=1e-2)
+        grids.append(backend._matmul_statics(problem, config)[0])
+    assert grids == [(3 * 3, 1, 1), (3 * 2, 1, 1)]
