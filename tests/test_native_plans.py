@@ -357,9 +357,11 @@ def host_empty(shape, dtype):
     return HostArray(torch.empty(shape, dtype=getattr(torch, dtype.name)))
 
 
-def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
+def array_plan(module, a, b) -> HostEntry:
+    """Bind HostArray as the array library and hand the front a native plan of host arrays
+    like ``a`` and ``b`` under ("backend", "triton"), D (6, 4) float32 made by a stand-in
+    mb_gemm, which it returns."""
     module.bind_arrays(HostArray, host_empty, lambda: 0)
-    a, b = small_ints(6, 5), small_ints(5, 4, seed=2)
     entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
     step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
                             (native.A, native.B, native.D, native.D), 1.0, 0.0)
@@ -367,6 +369,12 @@ def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
     module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (6, 4),
                            plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
                            entry)
+    return entry
+
+
+def test_a_native_plan_of_arrays_is_keyed_as_plans_keys_it_and_makes_d(module):
+    a, b = small_ints(6, 5), small_ints(5, 4, seed=2)
+    array_plan(module, a, b)
     served = module.stats()[2]
     d = module.serve_arrays(HostArray(a), HostArray(b), None, "triton", None, {})
     assert isinstance(d, HostArray) and d.shape == (6, 4)
@@ -509,17 +517,10 @@ def test_a_native_plan_of_arrays_writes_an_out_like_its_own_d_and_no_other(modul
     """serve_arrays with out=D: served where D is what the plan would allocate (dtype, shape,
     row-major contiguous, 16-byte aligned, on A's device) and shares no byte with A or B; the
     call answers D itself. Anything else is MISS with no step run."""
-    module.bind_arrays(HostArray, host_empty, lambda: 0)
     room = torch.full((56,), float("nan"))
     a = room[:30].view(6, 5).copy_(small_ints(6, 5))  # A, then room for D after it
     b = small_ints(5, 4, seed=2)
-    entry = HostEntry({a.data_ptr(): a, b.data_ptr(): b})
-    step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
-                            (native.A, native.B, native.D, native.D), 1.0, 0.0)
-    key = plans.array_key(("backend", "triton"), a, b)
-    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (6, 4),
-                           plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
-                           entry)
+    entry = array_plan(module, a, b)
 
     def serve(out):
         return module.serve_arrays(HostArray(a), HostArray(b), None, "triton", None,
