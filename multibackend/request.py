@@ -32,10 +32,13 @@ class Call:
     device: Any
     user_out: Any = None  # a NumPy ``out`` the result is copied back into
     out: Any = None  # the caller's ``out`` (on the GPU), returned as the result
-    #: the caller's own ``out`` where ``out`` is a stand-in for it, returned instead: a host
-    #: torch tensor staged on the GPU (D is copied back into it), or an array of another
-    #: library (CuPy, DLPack) that ``out`` views
+    #: the caller's own ``out`` where ``out`` is a stand-in for it, returned instead: an
+    #: array of another library (CuPy, DLPack) that ``out`` views, or a host array staged on
+    #: the GPU
     own_out: Any = None
+    #: a torch view of the caller's host ``out`` (NumPy's aside) where ``out`` is its copy on
+    #: the GPU: D is copied back into it
+    staged_out: Any = None
 
 
 def _shape(t) -> str:
@@ -212,10 +215,12 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
     given = named["out"] if "out" in named else None
     named = _to_gpu_if_host(named)
-    own_out = None
-    if given is not None and given.kind != "numpy" and (
-            given.kind != "torch" or named["out"].tensor is not given.tensor):
-        own_out = out
+    own_out = staged_out = None
+    if given is not None and given.kind != "numpy":
+        if named["out"].tensor is not given.tensor:  # on the host: copied to the GPU
+            staged_out = given.tensor
+        if given.kind != "torch" or staged_out is not None:
+            own_out = out
     device, cc = _device_and_cc([x.tensor for x in named.values()])
     ta = batched(named["A"].tensor, batch)
     tb = batched(named["B"].tensor, batch)
@@ -244,7 +249,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
-                named["out"].tensor if "out" in named else None, own_out)
+                named["out"].tensor if "out" in named else None, own_out, staged_out)
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:

@@ -1,6 +1,6 @@
 """Operand factories for tests: fresh random data of every dtype, poisoned outputs, and
 problems whose A is a view of a wider matrix; a recorder of the calls a Linear layer makes to
-torch's own linear."""
+torch's own linear; an array known only through DLPack."""
 from __future__ import annotations
 
 import torch
@@ -49,3 +49,16 @@ def record_torchs_linear(monkeypatch) -> list:
 
     monkeypatch.setattr(mb_nn, "_F_LINEAR", recording)
     return shapes
+
+
+class DLPackOnly:
+    """An array known to multibackend only through the DLPack protocol."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()

@@ -18,7 +18,7 @@ from multibackend.errors import (BackendUnavailable, CacheUnusable, InvalidArgum
                                  InvalidType, UnsupportedProblem)
 from multibackend.request import matmul_call
 
-from helpers import poisoned, random_tensor
+from helpers import DLPackOnly, poisoned, random_tensor
 
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="runs Triton's interpreter on host tensors")
@@ -514,3 +514,12 @@ def test_the_command_line_words_bad_arguments_without_a_traceback(capsys, argv, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_an_out_of_another_library_is_written_and_answered_itself():
+    a = np.arange(-7, 8, dtype=np.float32).reshape(5, 3)
+    b = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    held = np.full((5, 4), np.nan, np.float32)
+    out = DLPackOnly(held)
+    assert mb.matmul(a, b, backend="triton", out=out) is out
+    np.testing.assert_array_equal(held, a @ b)

@@ -7,6 +7,7 @@ anything runs, host tensors computed on the GPU on every call (a host ``out`` wr
 the caller's own ``out`` answered."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -14,6 +15,7 @@ torch = pytest.importorskip("torch")
 import multibackend as mb  # noqa: E402
 from multibackend.backends.base import Config  # noqa: E402
 from multibackend.errors import InvalidArgument  # noqa: E402
+from tests.helpers import DLPackOnly  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -126,10 +128,15 @@ def test_host_tensors_are_computed_on_the_gpu_on_every_call(backend):
         assert d.is_cuda
         torch.testing.assert_close(d.cpu(), expected, rtol=0, atol=0)
     out = torch.empty(33, 24, dtype=torch.float16)
+    held = np.empty((33, 24), np.float16)
     for _ in range(4):
         out.fill_(float("nan"))
         assert mb.matmul(a, b, backend=backend, out=out) is out
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        held.fill(np.nan)  # a host array known only through DLPack
+        given = DLPackOnly(held)
+        assert mb.matmul(a, b, backend=backend, out=given) is given
+        torch.testing.assert_close(torch.from_numpy(held), expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
