@@ -210,7 +210,9 @@ def config_fault(problem: Problem, config: Config) -> str | None:
     least 16 (the least any config offered has; BLOCK_K at least 32 for 8-bit inputs, the
     least K of Triton's dot for them; a TMA split-K tile's width may be the sum of two
     powers), GROUP_M and SPLIT_K are whole numbers of at least 1, num_warps a power of two up
-    to 32, num_stages at least 1."""
+    to 32, num_stages at least 1; and a persistent TMA tile's problem is one that kernel is
+    written for (:func:`tma_layout`, a 16-bit D: it reads one matrix, in 16-bit tiles, and
+    accumulates in float32 or, for float16, float16)."""
     if problem.op == "dot":
         required, least = ("BLOCK", "num_warps"), {"BLOCK": 16}
     else:
@@ -244,6 +246,11 @@ def config_fault(problem: Problem, config: Config) -> str | None:
     warps = config.get("num_warps")
     if not _power_of_two(warps, 1) or warps > 32:
         return f"num_warps is {warps!r}: expected a power of two from 1 to 32"
+    if config.get("kind") == "tma" and not (
+            tma_layout(problem) and dtypes.get(problem.d_dtype).itemsize == 2):
+        return (f"kind is 'tma': the persistent TMA kernel runs one float16 or bfloat16 "
+                f"product with a 16-bit D, A row-major, B row- or column-major, on sm_90 or "
+                f"later; this is {problem.describe()}")
     return None
 
 
@@ -409,16 +416,19 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
     return found
 
 
-def tma_operands(problem: Problem) -> bool:
-    """Whether the TMA unit can fetch the problem's A and B: one 16-bit matrix product on
-    sm_90 or later, A row-major, B row- or column-major, and every base and row of A and B
-    16-byte aligned."""
+def tma_layout(problem: Problem) -> bool:
+    """Whether the problem is one the TMA kernels are written for, wherever its arrays lie:
+    one 16-bit matrix product on sm_90 or later, A row-major, B row- or column-major."""
     if problem.op != "matmul" or problem.batch != 1 or problem.in_dtype not in (
             "float16", "bfloat16") or problem.cc is None or problem.cc < (9, 0):
         return False
-    if problem.a.layout != "row" or problem.b.layout not in ("row", "col"):
-        return False
-    return problem.a.rows_aligned and problem.b.rows_aligned
+    return problem.a.layout == "row" and problem.b.layout in ("row", "col")
+
+
+def tma_operands(problem: Problem) -> bool:
+    """Whether the TMA unit can fetch the problem's A and B: :func:`tma_layout`, and every
+    base and row of A and B 16-byte aligned."""
+    return tma_layout(problem) and problem.a.rows_aligned and problem.b.rows_aligned
 
 
 def tma_eligible(problem: Problem) -> bool:
@@ -497,10 +507,15 @@ def _descriptor(t: Any, block: list[int]) -> Any:
     return TensorDescriptor(t, [rows, cols], [row_stride, 1], block)
 
 
+def _b_read(problem: Problem, b: Any) -> Any:
+    """B as the TMA unit reads it: its transpose (N x K, K contiguous) when column-major."""
+    return b.T if problem.b.layout == "col" else b
+
+
 def _b_descriptor(problem: Problem, b: Any, bn: int, bk: int) -> Any:
     """B's descriptor in BLOCK_K x ``bn`` tiles, or ``bn`` x BLOCK_K of its transpose when
     column-major."""
-    return _descriptor(b.T, [bn, bk]) if problem.b.layout == "col" else _descriptor(b, [bk, bn])
+    return _descriptor(_b_read(problem, b), [bn, bk] if problem.b.layout == "col" else [bk, bn])
 
 
 def _operand_descriptors(problem: Problem, a: Any, b: Any, bm: int, bn: int,
@@ -589,9 +604,21 @@ def _load_unit(t: Any, rows: int, cols: int) -> tuple[int, bool]:
 
 
 def _tma_ready(t: Any) -> bool:
-    """The matrix as it is at launch meets the TMA unit's 16-byte rules."""
-    return not (t.data_ptr() % 16 or any((s * t.element_size()) % 16
-                                         for s in t.stride() if s != 1))
+    """The array as it is at launch meets the TMA unit's 16-byte rules as
+    :func:`_descriptor` describes it: its base on the 16-byte grid, its last dimension
+    contiguous, and every other dimension's stride whole 16 bytes (a dimension of one
+    element aside: its stride is never read). A unit stride elsewhere (one column of a
+    row-major matrix, a column-major one) is not the contiguous dimension."""
+    if t.data_ptr() % 16 or (t.shape[-1] > 1 and t.stride(-1) != 1):
+        return False
+    size = t.element_size()
+    return not any((s * size) % 16 for n, s in zip(t.shape[:-1], t.stride()[:-1]) if n > 1)
+
+
+def _operands_ready(problem: Problem, ops: Operands) -> bool:
+    """A and B as they are at launch are arrays the TMA unit fetches (see :func:`_tma_ready`;
+    B as :func:`_b_read` reads it)."""
+    return _tma_ready(_matrix(ops.a)) and _tma_ready(_b_read(problem, _matrix(ops.b)))
 
 
 def _capability() -> Capability:
@@ -697,11 +724,15 @@ class TritonBackend(Backend):
 
     def check_config(self, problem: Problem, config: Config) -> str | None:
         """A handed-in config's parameters against the rules every kernel of its kind needs
-        to cover D whole (see :func:`config_fault`)."""
+        to cover D whole (see :func:`config_fault`), for the problem its kernel runs (a
+        staged config's staged one, a folded batch's one product)."""
         if config.name == "autotune" and not config.params:
             return None
-        return config_fault(problem, staging.inner(config) if staging.is_staged(config)
-                            else config)
+        problem, config = staging.unwrap(problem, config)
+        problem = folded_batch(problem) or problem
+        if interpreting() and problem.cc is None:
+            problem = problem.with_(cc=(9, 0))
+        return config_fault(problem, config)
 
     # -- matmul -------------------------------------------------------------------------
     def _keep_statics(self, problem: Problem, config: Config, statics: Any) -> Any:
@@ -1000,7 +1031,7 @@ class TritonBackend(Backend):
             self._launch_splitk_fused(problem, ops, config)
         elif config.get("kind") == "tma_splitk":
             sm90 = problem.with_(cc=(9, 0)) if interpreting() else problem
-            if tma_operands(sm90) and _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
+            if tma_operands(sm90) and _operands_ready(problem, ops):
                 self._launch_tma_splitk(problem, ops, config)
             else:  # operands the TMA unit cannot fetch (a batch, a column-major A, arrays
                 # off the 16-byte grid): the same split through plain loads, in tiles of
@@ -1013,7 +1044,7 @@ class TritonBackend(Backend):
             self._launch_splitk(problem, ops, config)
         elif config.get("kind") != "tma":
             self._launch_matmul(problem, ops, config)
-        elif _tma_ready(_matrix(ops.a)) and _tma_ready(_matrix(ops.b)):
+        elif _operands_ready(problem, ops):
             self._launch_tma(problem, ops, config)
         else:  # arrays off the 16-byte grid: the same tile through plain loads
             self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))

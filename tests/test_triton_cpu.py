@@ -483,3 +483,50 @@ def test_configs_of_one_name_and_other_parameters_each_run_their_own():
                                    rtol=1e-3, atol=1e-2)
         grids.append(backend._matmul_statics(problem, config)[0])
     assert grids == [(3 * 3, 1, 1), (3 * 2, 1, 1)]
+
+
+def _tma_tile():
+    from multibackend.backends import triton as backend_module
+
+    return backend_module._tma_config((32, 32, 32, 4, 1, 8, False))
+
+
+@pytest.mark.parametrize("what,a,b", [
+    ("a batch", (3, 32, 64), (3, 64, 32)),
+    ("float64", (32, 64), (64, 32)),
+    ("int8", (32, 64), (64, 16)),
+    ("a column-major A", (64, 32), (64, 32)),
+])
+def test_a_persistent_tma_tile_is_refused_for_a_problem_it_is_not_written_for(what, a, b):
+    """Before, the tile ran such a problem: a batch's entries past the first unwritten, int8
+    and float64 summed in float16 (wrong, or garbage)."""
+    gen = torch.Generator().manual_seed(3)
+    dtype = {"float64": torch.float64, "int8": torch.int8}.get(what, torch.float16)
+    x = torch.randint(-3, 4, a, generator=gen).to(dtype)
+    y = torch.randint(-3, 4, b, generator=gen).to(dtype)
+    if what == "a column-major A":
+        x = x.T
+    with pytest.raises(mb.InvalidArgument, match="kind is 'tma': the persistent TMA kernel"):
+        mb.matmul(x, y, backend="triton", config=_tma_tile())
+
+
+def test_a_persistent_tma_tile_reads_only_arrays_the_tma_unit_takes(monkeypatch):
+    """One column of D (a unit row stride) is no contiguous row: D is then stored without
+    the TMA unit (a descriptor of its 2-byte rows raised); a column-major B goes through the
+    TMA unit as its transpose, and so does one row of A."""
+    from multibackend.backends import triton as backend_module
+
+    backend = backend_module.TritonBackend
+    monkeypatch.setattr(backend, "_sm_count", lambda self, t: 4)
+    launched = []
+    tma = backend._launch_tma
+    monkeypatch.setattr(backend, "_launch_tma",
+                        lambda self, *args: (launched.append(True), tma(self, *args)))
+    gen = torch.Generator().manual_seed(4)
+    ints = lambda *shape: torch.randint(-3, 4, shape, generator=gen).to(torch.float16)  # noqa
+    for a, b in [(ints(48, 32), ints(32, 1)), (ints(48, 32), ints(40, 32).T),
+                 (ints(1, 32), ints(32, 48))]:
+        launched.clear()
+        d = mb.matmul(a, b, backend="triton", config=_tma_tile())
+        torch.testing.assert_close(d.double(), a.double() @ b.double(), rtol=0, atol=0)
+        assert launched, (tuple(a.shape), tuple(b.shape))
