@@ -14,8 +14,9 @@ must pass two tests, both built from the rounding the arithmetic itself must com
 times a safety factor of 4:
 
 - norm-wise, ``|D - ref|_F / |ref|_F`` within :func:`error_bound` (a dot's error is measured
-  against its scale, which cancellation can leave far above the result): tight, it catches an
-  error spread over the whole result;
+  against its scale, which cancellation can leave far above the result; a product's against
+  ``|scale|_F / sqrt(K)`` where that is larger, the size a random sum of its terms has):
+  tight, it catches an error spread over the whole result;
 - element-wise, every ``|D_ij - ref_ij|`` within ``4 (u_out (|ref_ij| + scale_ij) + (u_in +
   u_acc sqrt(K)) scale_ij + s_out)``, ``s_out`` half the spacing of D's subnormals (its
   rounding below the normal range is absolute; :func:`element_bounds`): it catches one
@@ -194,7 +195,12 @@ def compare(problem: Problem, out, ref: Reference | Any) -> Comparison:
     max_abs = float(xp.abs(diff).max()) if diff.size else 0.0
     ref_norm = float(xp.linalg.norm(ref_finite.ravel()))
     err_norm = float(xp.linalg.norm(diff.ravel()))
-    denominator = max(ref_norm, float(scale.max())) if problem.op == "dot" else ref_norm
+    if problem.op == "dot":
+        denominator = max(ref_norm, float(scale.max()))
+    else:  # a result cancelled far below its terms is held to the terms' size: the bound's
+        # sqrt(K) already relates a random sum to its terms (see _roundoffs)
+        scale_norm = float(xp.linalg.norm(xp.where(finite, scale, 0.0).ravel()))
+        denominator = max(ref_norm, scale_norm / math.sqrt(max(problem.k, 1)))
     rel = err_norm / denominator if denominator > 0 else err_norm
     if exact:
         wrong = int((diff != 0).sum())

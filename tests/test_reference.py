@@ -63,6 +63,22 @@ def test_cancellation_passes():
     assert cmp.ok, cmp.detail
 
 
+def test_a_product_cancelled_far_below_its_terms_is_held_to_their_size():
+    """(1 + 2^-40) - 1 in float64, off by one rounding of its terms: correct (a summation in
+    another order gives it), though 2^-12 of the result, which the norm-wise test measured
+    it against; an error many roundings of the terms large still fails."""
+    a = torch.tensor([[[1 + 2.0**-40, -1.0]]], dtype=torch.float64)
+    b = torch.tensor([[[1.0], [1.0]]], dtype=torch.float64)
+    ref = reference.reference_matmul(a, b)
+    problem = synthetic(1, 1, 2, "float64")
+    rounded = reference.compare(problem, torch.full((1, 1, 1), 2.0**-40 + 2.0**-52,
+                                                    dtype=torch.float64), ref)
+    assert rounded.ok, rounded.detail
+    wrong = reference.compare(problem, torch.full((1, 1, 1), 2.0**-40 + 2.0**-40,
+                                                  dtype=torch.float64), ref)
+    assert not wrong.ok
+
+
 def test_one_wrong_element_fails():
     """A 512x512 result with one element 3% off: its norm-wise error is below the norm bound
     (the norm test alone passes it), the element-wise test names it."""
