@@ -105,8 +105,9 @@ def _finish(call: Call) -> Any:
     if call.problem.op == "dot":
         d = d.reshape(())
     elif call.own_out is not None:  # D went into a stand-in for the caller's own out
-        if call.staged_out is not None:  # a host array: D comes back into it
-            call.staged_out.copy_(call.out)
+        if call.staged_out is not None:  # a host array: D comes back into it, in order
+            with on_stream(call.operands.stream, call.device):
+                call.staged_out.copy_(call.out)
         return call.own_out
     elif call.out is not None:
         d = call.out
@@ -347,8 +348,8 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     is None where there can be none: alpha or beta other than a Python int or float,
     unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
     without ``out``, for torch tensors (C too) or CuPy arrays (no C), all of one kind. A
-    remembered plan whose backend autograd cannot see (any but torch's own op) does not run
-    a matmul autograd must record: (None, None, None). ``options`` starts with the op (or
+    remembered plan whose backend autograd cannot see (any but torch's own op, which with
+    ``out`` it sees neither) does not run a matmul autograd must record: (None, None, None). ``options`` starts with the op (or
     :data:`multibackend.plans.PLAIN`); for matmul its second and third entries are alpha
     and beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
     if options[0] == "matmul":
@@ -386,7 +387,8 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     except RuntimeError:  # a tensor without a data pointer (sparse): the full path words it
         return None, None, None
     if plan is not None:
-        if plan.produce is None and options[0] != "dot" and _records_grad(*tensors[:3]):
+        if (plan.produce is None or tensors[3] is not None) and options[0] != "dot" and (
+                _records_grad(*tensors[:3])):  # only torch's own op, without out, records
             return None, None, None
         if tensors[3] is not None:  # the key holds no addresses: out checked apart each call
             plan.check_out(options[0], tensors)

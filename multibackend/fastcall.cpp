@@ -580,6 +580,7 @@ PyObject* serve_tensors(PyObject* A, PyObject* B, PyObject* word, PyObject* valu
   if (a.layout() != at::kStrided || b.layout() != at::kStrided) return missed();  // sparse...
   try {  // a tensor without sizes or strides (nested) has no plan here
     device = device_index(a);
+    if (b.device() != a.device()) return missed();  // the Python path words it
     if (word == backend_word) {
       const Family* f = family_of(value, a, b, device);
       if (f != nullptr && within(*f, a, b)) made = &f->made;
@@ -1163,13 +1164,14 @@ PyObject* array_key(PyObject* word, PyObject* value, PyObject* A, PyObject* B,
   return key;
 }
 
-// The caller's `out` written by a native plan of arrays at `pointers` (A and B) where
-// takes_array_out holds, else MISS (null on a Python error).
-PyObject* serve_array_out(const ArrayPlan& plan, const unsigned long long pointers[2],
-                          long long device, const long long spans[2], PyObject* out);
+// The caller's `out` written by a native plan of arrays at `pointers` (A and B, as `key`
+// describes them) where takes_array_out holds, else MISS (null on a Python error).
+PyObject* serve_array_out(const ArrayPlan& plan, PyObject* key,
+                          const unsigned long long pointers[2], long long device, PyObject* out);
 
 // The bytes from an array's address to just past its last element (0 for an empty one), from
-// its dtype, shape and strides (bytes) as a key holds them; -1 on a Python error.
+// its dtype, shape and strides (bytes) as a key holds them; -1 on a Python error, and below 0
+// without one for a negative stride.
 long long array_span(PyObject* dtype, PyObject* shape, PyObject* strides) {
   PyObject* size = PyObject_GetAttr(dtype, itemsize_name);
   if (size == nullptr) return -1;
@@ -1185,6 +1187,7 @@ long long array_span(PyObject* dtype, PyObject* shape, PyObject* strides) {
     const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
     if (PyErr_Occurred()) return -1;
     if (extent == 0) return 0;
+    if (stride < 0) return -2;
     span += (extent - 1) * stride;
   }
   return span;
@@ -1239,27 +1242,26 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
       (out != nullptr && Py_TYPE(out) != (PyTypeObject*)array_type))
     return missed();
   unsigned long long pointers[2] = {0, 0};
-  long long device = 0, spans[2] = {0, 0};
+  long long device = 0;
   PyObject* key = array_key(word, value, A, B, pointers, &device);
   if (key == nullptr) return nullptr;
-  if (out != nullptr && key != Py_None) {
-    for (int i = 0; i < 2; ++i) {
-      spans[i] = array_span(PyTuple_GET_ITEM(key, 2 + 4 * i), PyTuple_GET_ITEM(key, 3 + 4 * i),
-                            PyTuple_GET_ITEM(key, 4 + 4 * i));
-      if (spans[i] < 0) {
-        Py_DECREF(key);
-        return nullptr;
-      }
-    }
-  }
   PyObject* found = key == Py_None ? nullptr : PyDict_GetItemWithError(array_plans, key);
-  Py_DECREF(key);
-  if (found == nullptr) return PyErr_Occurred() ? nullptr : missed();
+  if (found == nullptr) {
+    Py_DECREF(key);
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_TypeError)) return nullptr;
+    PyErr_Clear();  // an unhashable option has no plan: the Python path words it
+    return missed();
+  }
   const ArrayPlan& plan =
       *static_cast<ArrayPlan*>(PyCapsule_GetPointer(found, "multibackend.ArrayPlan"));
   const int now = current(plan.made);
-  if (now <= 0) return now < 0 ? nullptr : missed();
-  if (out != nullptr) return serve_array_out(plan, pointers, device, spans, out);
+  if (now <= 0 || out != nullptr) {
+    PyObject* d = now <= 0 ? (now < 0 ? nullptr : missed())
+                           : serve_array_out(plan, key, pointers, device, out);
+    Py_DECREF(key);
+    return d;
+  }
+  Py_DECREF(key);
   if (plan.produce != nullptr) {
     PyObject* operands[2] = {A, B};
     PyObject* D = PyObject_Vectorcall(plan.produce, operands, 2, nullptr);
@@ -1286,9 +1288,15 @@ PyObject* serve_array_call(PyObject* A, PyObject* B, PyObject* word, PyObject* v
   return D;
 }
 
-PyObject* serve_array_out(const ArrayPlan& plan, const unsigned long long pointers[2],
-                          long long device, const long long spans[2], PyObject* out) {
+PyObject* serve_array_out(const ArrayPlan& plan, PyObject* key,
+                          const unsigned long long pointers[2], long long device, PyObject* out) {
   if (plan.native == nullptr) return missed();  // a library's own call: the Python path
+  long long spans[2];
+  for (int i = 0; i < 2; ++i) {  // a planned call's strides are >= 0 (torch views them)
+    spans[i] = array_span(PyTuple_GET_ITEM(key, 2 + 4 * i), PyTuple_GET_ITEM(key, 3 + 4 * i),
+                          PyTuple_GET_ITEM(key, 4 + 4 * i));
+    if (spans[i] < 0) return PyErr_Occurred() ? nullptr : missed();
+  }
   unsigned long long at = 0;
   const int fits = takes_array_out(out, plan, device, pointers, spans, &at);
   if (fits <= 0) return fits < 0 ? nullptr : missed();

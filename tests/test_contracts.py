@@ -523,3 +523,21 @@ def test_an_out_of_another_library_is_written_and_answered_itself():
     out = DLPackOnly(held)
     assert mb.matmul(a, b, backend="triton", out=out) is out
     np.testing.assert_array_equal(held, a @ b)
+
+
+def test_a_remembered_plan_with_out_leaves_a_call_autograd_records_to_its_rule(monkeypatch):
+    """A plan made by torch's own op (cuBLAS's ``produce``) records nothing when it writes a
+    given ``out``: once A requires grad, the repeated call gets the full path's error."""
+    from multibackend import plans
+    from multibackend.registry import REGISTRY
+
+    a, b, d = torch.randn(8, 16), torch.randn(16, 4), torch.empty(8, 4)
+    name = mb.explain(a, b).backend
+    monkeypatch.setattr(type(REGISTRY.get(name)), "produce",
+                        lambda self, *args, **kwargs: torch.mm, raising=False)
+    plans.forget()
+    assert mb.matmul(a, b, out=d) is d
+    assert any(plan.produce is torch.mm for plan in plans._PLANS.values())
+    a.requires_grad_()
+    with pytest.raises(InvalidArgument, match="where the call is recorded"):
+        mb.matmul(a, b, out=d)

@@ -540,3 +540,22 @@ def test_a_native_plan_of_arrays_writes_an_out_like_its_own_d_and_no_other(modul
         assert bool(((d == before) | (d.isnan() & before.isnan())).all())
     assert serve(d.numpy()) is plans.MISS  # not an array of the bound library
     assert len(entry.calls) == 2
+
+
+def test_arrays_no_plan_can_serve_are_a_miss_not_an_error(module):
+    """A negatively strided array beside an out (never planned: torch views no negative
+    stride), and an unhashable option, are left to the Python path, which words them."""
+    a, b = small_ints(6, 5), small_ints(5, 4, seed=2)
+    array_plan(module, a, b)
+    reversed_a = HostArray(a)
+    reversed_a.strides = (-20, 4)
+    out = HostArray(torch.full((6, 4), float("nan")))
+    for options in ({}, {"out": out}):
+        assert module.serve_arrays(reversed_a, HostArray(b), None, "triton", None,
+                                   options) is plans.MISS
+    for config in (["not", "hashable"], {"BLOCK_M": 64}):
+        assert module.serve_arrays(HostArray(a), HostArray(b), None, "triton", None,
+                                   {"config": config}) is plans.MISS
+    assert module.serve_arrays(HostArray(a), HostArray(b), None, ["triton"], None,
+                               {}) is plans.MISS
+    assert out.tensor.isnan().all()
