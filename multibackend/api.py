@@ -349,9 +349,10 @@ def _planned(options: tuple, arrays: tuple) -> tuple[Any, tuple | None, tuple | 
     unhashable options, arrays other than torch tensors and CuPy arrays; the family key only
     without ``out``, for torch tensors (C too) or CuPy arrays (no C), all of one kind. A
     remembered plan whose backend autograd cannot see (any but torch's own op, which with
-    ``out`` it sees neither) does not run a matmul autograd must record: (None, None, None). ``options`` starts with the op (or
-    :data:`multibackend.plans.PLAIN`); for matmul its second and third entries are alpha
-    and beta, keyed with their types (alpha=1 and alpha=1.0 plan apart)."""
+    ``out`` it sees neither) does not run a matmul autograd must record: (None, None,
+    None). ``options`` starts with the op (or :data:`multibackend.plans.PLAIN`); for matmul
+    its second and third entries are alpha and beta, keyed with their types (alpha=1 and
+    alpha=1.0 plan apart)."""
     if options[0] == "matmul":
         kinds = (type(options[1]), type(options[2]))
         if kinds[0] not in _PLAIN_SCALARS or kinds[1] not in _PLAIN_SCALARS:
