@@ -6,10 +6,11 @@ is keyed by everything those steps read — each array's type, dtype, shape, str
 and pointer alignment, the scalars and options, the backend and config asked for, and the
 state of the environment variables and tuning tables dispatch consults — and the outcome (the
 Problem and the Decision) is kept. A later call with the same key only makes its operand views
-and output, and launches. Anything else (NumPy, other array kinds, host tensors where there is a GPU,
-empty or K = 0 problems) takes the full path every time, as do calls with a tensor whose lazy negation bit torch set
-(its memory holds the negation of its values). A repeated call with ``out`` still checks that
-``out`` shares no memory with A, B or C: the key holds no addresses.
+and output, and launches. Anything else (NumPy, other array kinds, host tensors where there
+is a GPU, empty or K = 0 problems) takes the full path every time, as do calls with a tensor
+whose lazy negation bit torch set (its memory holds the negation of its values). A repeated
+call with ``out`` still checks that ``out`` shares no memory with A, B or C: the key holds no
+addresses.
 """
 from __future__ import annotations
 
