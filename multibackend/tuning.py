@@ -234,6 +234,8 @@ def status() -> TuningTables:
     _load_env_tables()
     with _LOCK:  # not while a load adds to them
         named, loaded = _ENV_TABLES, _TABLES
+        if not (named.sources or named.rejected):  # the common case: nothing to combine
+            return loaded
         return TuningTables({**named.entries, **loaded.entries}, named.sources + loaded.sources,
                             named.rejected + loaded.rejected, named.env_loaded)
 
