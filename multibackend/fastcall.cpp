@@ -351,11 +351,14 @@ uint64_t byte_extent(const at::Tensor& t) {
   return static_cast<uint64_t>(last + 1) * t.element_size();
 }
 
+// Whether the bytes [x, x + x_bytes) and [y, y + y_bytes) meet.
+bool ranges_meet(uint64_t x, uint64_t x_bytes, uint64_t y, uint64_t y_bytes) {
+  return x_bytes != 0 && y_bytes != 0 && x < y + y_bytes && y < x + x_bytes;
+}
+
 bool overlap(const at::Tensor& x, uint64_t x_bytes, const at::Tensor& y) {
-  const uint64_t y_bytes = byte_extent(y);
-  const uintptr_t xs = reinterpret_cast<uintptr_t>(x.const_data_ptr());
-  const uintptr_t ys = reinterpret_cast<uintptr_t>(y.const_data_ptr());
-  return x_bytes != 0 && y_bytes != 0 && xs < ys + y_bytes && ys < xs + x_bytes;
+  return ranges_meet(reinterpret_cast<uintptr_t>(x.const_data_ptr()), x_bytes,
+                     reinterpret_cast<uintptr_t>(y.const_data_ptr()), byte_extent(y));
 }
 
 // Whether the caller's `out` is the D a plan would allocate for A and B (dtype `type`, `sizes`,
@@ -1225,9 +1228,7 @@ int takes_array_out(PyObject* out, const ArrayPlan& plan, long long device,
   if (out_device != device || (*at & 15) != 0) return 0;
   const unsigned long long bytes = static_cast<unsigned long long>(expected);
   for (int i = 0; i < 2; ++i) {
-    const unsigned long long span = static_cast<unsigned long long>(spans[i]);
-    if (bytes != 0 && span != 0 && *at < pointers[i] + span && pointers[i] < *at + bytes)
-      return 0;
+    if (ranges_meet(*at, bytes, pointers[i], static_cast<uint64_t>(spans[i]))) return 0;
   }
   return 1;
 }
