@@ -1,12 +1,12 @@
 """The interface every backend implements, and the two small records it passes around.
 
-A backend is discovered lazily (see :mod:`multibackend.registry`); nothing here imports a GPU
+A backend is discovered lazily (see :mod:`multibackend.choose.registry`); nothing here imports a GPU
 library. The contract:
 
 - ``available()``: None, or the :class:`Reason` the backend cannot run here at all (import
   failed, no GPU, no nvcc...). Never raises.
 - ``supports(problem)``: None, or the Reason this problem is refused. Pure: decided from the
-  :class:`~multibackend.problem.Problem` alone, on the CPU.
+  :class:`~multibackend.core.problem.Problem` alone, on the CPU.
 - ``configs(problem)``: the candidate configurations (tile shapes, stages, warps, schedules),
   the default first.
 - ``prepare(problem, config)``: compile or load from the persistent cache.
@@ -15,86 +15,17 @@ library. The contract:
 - ``bind(problem, config, operands)`` (optional): the same launch with the per-call work done
   once, for the calls a remembered plan repeats.
 - ``native(problem, config, operands)`` (optional): that launch described for the compiled
-  front (:mod:`multibackend.native`), which then makes repeated calls without Python.
+  front (:mod:`multibackend.gpu.native`), which then makes repeated calls without Python.
 """
 from __future__ import annotations
 
 import abc
-import functools
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from multibackend.capability import Capability, Reason
-from multibackend.native import Native
-from multibackend.problem import Problem
-
-
-@dataclass(frozen=True)
-class Config:
-    """One candidate kernel configuration: a readable name and its parameters."""
-
-    name: str
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @classmethod
-    def of(cls, name: str, **params: Any) -> "Config":
-        return cls(name, tuple(sorted(params.items())))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self._lookup.get(key, default)
-
-    @functools.cached_property
-    def _lookup(self) -> dict[str, Any]:
-        return dict(self.params)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, **dict(self.params)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Config":
-        """The Config :meth:`as_dict` gave, also after a JSON round trip (which turns tuple
-        parameters into lists: they become tuples again, so the Config stays hashable)."""
-        data = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        return cls.of(data.pop("name"), **data)
-
-    def __str__(self) -> str:
-        return self.name
-
-
-@dataclass
-class Operands:
-    """The arrays of one call, as torch tensors on the problem's device.
-
-    For matmul ``a``, ``b``, ``c`` (or None) and ``d`` are 3-D (batch, rows, cols) views with
-    the strides the caller gave (batch stride 0 where one matrix is broadcast); ``d`` is
-    row-major and contiguous. A backend whose ``takes_matrices`` is set may also be given the
-    caller's 2-D arrays as they are (each one 2-D or 3-D) for a matmul of batch 1. For dot, ``a`` and ``b`` are 1-D and ``d`` holds one element.
-    ``stream`` is the CUDA stream handle the caller's work is ordered on (0 on the host).
-    """
-
-    a: Any
-    b: Any
-    c: Any
-    d: Any
-    alpha: float | int = 1
-    beta: float | int = 0
-    stream: int = 0
-    extra: dict = field(default_factory=dict)
-
-
-def folded_operands(operands: Operands, folded: Problem) -> Operands:
-    """``operands`` of a batch that :func:`multibackend.problem.folded_batch` makes the plain
-    product ``folded``: A, C and D as one matrix of every entry's rows (views, no copy), B's
-    one matrix."""
-    rows = folded.m
-
-    def stacked(t: Any, ld: int) -> Any:
-        return t.as_strided((1, rows, t.shape[2]), (rows * ld, ld, 1))
-
-    c = operands.c
-    return replace(operands, a=stacked(operands.a, folded.a.ld), b=operands.b[:1],
-                   c=stacked(c, folded.c.ld) if c is not None and folded.c is not None else c,
-                   d=stacked(operands.d, folded.n))
+from multibackend.core.capability import Capability, Reason
+from multibackend.core.config import Config, Operands
+from multibackend.core.problem import Problem
+from multibackend.gpu.native import Native
 
 
 class AutotunePicks:
@@ -191,7 +122,7 @@ class Backend(abc.ABC):
 
     def native(self, problem: Problem, config: Config, operands: Operands) -> Native | None:
         """What a repeated 2-D call without C, like ``operands`` (no ``out``), launches, for
-        the compiled front (:mod:`multibackend.native`): asked for right after :meth:`bind`;
+        the compiled front (:mod:`multibackend.gpu.native`): asked for right after :meth:`bind`;
         None (the default) where the backend's launches cannot be described so."""
         return None
 

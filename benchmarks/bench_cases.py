@@ -6,7 +6,7 @@ tuning table (``MULTIBACKEND_TUNING``) timed fastest for it on this exact shape,
 default config; ``auto`` runs what dispatch decides.
 
 The number the report uses is ``extra_info["gpu_ms"]``: GPU time by CUDA events from
-:func:`multibackend.timing.time_interleaved` (warm-up, L2 flushed before each run, host launch
+:func:`multibackend.gpu.timing.time_interleaved` (warm-up, L2 flushed before each run, host launch
 time hidden), the timed runs of a group's members alternating (:func:`group_timings`).
 pytest-benchmark's own statistics are the wall time of one call followed by a device
 synchronize (kept for reference; they include the host's launch time).
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import multibackend as mb
-from multibackend import tuning
-from multibackend.crosscheck import poison
-from multibackend.registry import REGISTRY
-from multibackend.request import matmul_call
-from multibackend.suites import SUITES, Shape
-from multibackend.timing import Timing, time_interleaved
+from multibackend.choose import tables
+from multibackend.choose.registry import REGISTRY
+from multibackend.gpu.timing import Timing, time_interleaved
+from multibackend.io.request import matmul_call
+from multibackend.tuning.suites import SUITES, Shape
+from multibackend.verify.crosscheck import poison
 
 AUTO = "auto"
 PEDANTIC_ROUNDS = 10
@@ -62,7 +62,7 @@ def operands(shape: Shape, dtype: str):
     """Random non-zero A, B and an output D for the shape (the last set is reused)."""
     import torch
 
-    from multibackend import dtypes as dt
+    from multibackend.core import dtypes as dt
 
     key = (shape, dtype)
     if key not in _LAST:
@@ -81,7 +81,7 @@ def operands(shape: Shape, dtype: str):
 
 def tuned_config(problem, backend: str) -> str | None:
     """The name of ``backend``'s fastest config in the loaded table for this exact shape."""
-    entry = tuning.status().entries.get(problem.key)
+    entry = tables.status().entries.get(problem.key)
     if not entry:
         return None
     mine = {k: ms for k, ms in entry.get("screening_ms", {}).items()
@@ -130,7 +130,7 @@ _GROUP: dict = {}
 
 def group_timings(case: Case) -> dict[str, Timing]:
     """Every runnable member of the case's group timed against the others by
-    :func:`multibackend.timing.time_interleaved` (measured once, when the group's first
+    :func:`multibackend.gpu.timing.time_interleaved` (measured once, when the group's first
     member runs): their timed runs alternate one by one, so a clock or temperature drift
     during the group affects every member alike."""
     key = (case.shape, case.dtype)
@@ -149,8 +149,8 @@ def group_timings(case: Case) -> dict[str, Timing]:
 def check_bound(case: Case) -> float:
     """The error a correct member may show against the float32 product the check compares
     with: the problem's own bound against float64, plus the float32 product's."""
-    from multibackend.problem import synthetic
-    from multibackend.reference import error_bound
+    from multibackend.core.problem import synthetic
+    from multibackend.verify.reference import error_bound
 
     shape = case.shape
     return sum(error_bound(synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch))

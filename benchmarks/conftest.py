@@ -2,7 +2,7 @@
 
 Every test here is marked ``gpu`` and skipped, with the reason, where no CUDA device is
 visible, so CPU CI collects and skips the directory. ``--suite`` and ``--bench-dtype`` choose
-what runs (default: every suite of :mod:`multibackend.suites`, float16)::
+what runs (default: every suite of :mod:`multibackend.tuning.suites`, float16)::
 
     pytest benchmarks --suite llm --suite odd --bench-dtype float16 --bench-dtype bfloat16 \\
         --benchmark-save=h200
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from multibackend.suites import SUITES
+from multibackend.tuning.suites import SUITES
 
 
 def pytest_addoption(parser):

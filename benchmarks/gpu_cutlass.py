@@ -10,7 +10,7 @@ unless ``--cache-dir`` is given; the time a second Python process takes to
 load the default kernel from that cache (it must compile nothing); calls per second of a 64^3
 f16 GEMM through the backend beside cupy.matmul and torch.matmul; and TFLOP/s at each size
 for f16 and bf16, the default candidate and the best, with the ratio to cuBLAS (torch.matmul),
-timed by multibackend.timing (CUDA events, warm-up, L2 flushed, median of many runs) on random
+timed by multibackend.gpu.timing (CUDA events, warm-up, L2 flushed, median of many runs) on random
 non-zero data: each candidate's runs alternate with cuBLAS's, and its ratio is to the cuBLAS
 runs beside it (the cuBLAS column is the median over those pairings). Every compiled 3.x kernel is also timed with the tile scheduler's runtime
 variants (CTA swizzle 1/2/4/8, raster order heuristic / along m / along n), which need no
@@ -39,9 +39,10 @@ PREFERRED = ["256x128x64_1x2x1_cooperative_tma", "128x256x64_2x1x1_cooperative_t
 SECOND_PROCESS = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from multibackend.backends import cutlass
-from multibackend import cutlass_build, cutlass_emit
-from multibackend.problem import synthetic
+from multibackend.backends.cutlass import backend as cutlass
+from multibackend.backends.cutlass import build as cutlass_build
+from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.core.problem import synthetic
 t1 = time.perf_counter()
 backend = cutlass.create()
 problem = synthetic(8192, 8192, 8192, "float16", cc=tuple(json.loads(sys.argv[1])))
@@ -94,11 +95,12 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from multibackend import cutlass_build, cutlass_emit
-    from multibackend.timing import host_calls_per_second, time_interleaved
-    from multibackend.backends import cutlass
-    from multibackend.backends.base import Operands
-    from multibackend.problem import synthetic
+    from multibackend.backends.cutlass import backend as cutlass
+    from multibackend.backends.cutlass import build as cutlass_build
+    from multibackend.backends.cutlass import emit as cutlass_emit
+    from multibackend.core.config import Operands
+    from multibackend.core.problem import synthetic
+    from multibackend.gpu.timing import host_calls_per_second, time_interleaved
 
     try:
         import cupy

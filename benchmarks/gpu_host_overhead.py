@@ -7,7 +7,7 @@ Run from the repository root on a machine with a GPU:
     python3 benchmarks/gpu_host_overhead.py [--size 64] [--dtype float16] [--json out.json]
 
 For a problem this small every path is bound by the host, so calls per second measure the
-host's cost of one call (:func:`multibackend.timing.host_calls_per_second`, GPU work queued,
+host's cost of one call (:func:`multibackend.gpu.timing.host_calls_per_second`, GPU work queued,
 the device synchronized at the end). The paths are measured in ``--rounds`` rounds, their
 order rotating, and each figure is the median over the rounds (the host's speed drifts: many
 short rounds rather than a few long ones, so a slow stretch of the host counts once).
@@ -50,7 +50,7 @@ def _paths(a, b, kind: str) -> dict:
     """Every call of one array kind, without and with a given ``out``: the library's own,
     then multibackend's per backend (and ``auto`` with ``out``)."""
     import multibackend as mb
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     lib = _library(kind)
     paths = {f"{kind}.matmul": lambda: lib.matmul(a, b)}
@@ -111,7 +111,7 @@ def _dot_paths(x, y, kind: str) -> dict:
 def _host_rows(paths: dict, rounds: int, seconds: float, sync) -> list[dict]:
     """Host µs per call of each path (keyed (caller, name)): the median over ``rounds``
     rounds, the paths' order rotating, with the spread between rounds."""
-    from multibackend.timing import host_calls_per_second, rotations
+    from multibackend.gpu.timing import host_calls_per_second, rotations
 
     samples: dict = {key: [] for key in paths}
     for order in rotations(list(paths), rounds):
@@ -132,8 +132,8 @@ def main() -> int:
     import torch
 
     import multibackend as mb
-    from multibackend import dtypes
-    from multibackend.timing import time_interleaved
+    from multibackend.core import dtypes
+    from multibackend.gpu.timing import time_interleaved
 
     size, sync = args.size, torch.cuda.synchronize
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -1,7 +1,7 @@
 """Raw WMMA on products whose A is not row-major or whose B is not column-major (plain
 ``A @ B``), against torch in the same run: the K-major kernels on staged copies
 (``staged:tma_*`` on sm_90a, ``staged:mma_*`` elsewhere and for f64, see
-:mod:`multibackend.staging`) beside the fast f16/bf16 kernel, which reads the layouts as they
+:mod:`multibackend.gpu.staging`) beside the fast f16/bf16 kernel, which reads the layouts as they
 are.
 
 Run from the repository root on a machine with a GPU:
@@ -12,7 +12,7 @@ Run from the repository root on a machine with a GPU:
 Problems: f16 and bf16 4096³ and 8192³, s8 and tf32 8192³, f64 4096³ (the sizes of the raw
 WMMA bars) and four shapes no choice was made on, every operand random, A row-major and B
 row-major. Members, each checked against the float64 reference first, then timed with their
-runs alternated (:func:`multibackend.timing.time_interleaved`, median): ``torch``
+runs alternated (:func:`multibackend.gpu.timing.time_interleaved`, median): ``torch``
 (``torch.matmul``; ``torch._int_mm`` for s8; TF32 allowed for tf32), ``raw_wmma`` under its
 first K-major staged config, and for f16/bf16 ``fast`` (``fast_128x256x32_s3``). Every
 staged figure includes its copy.
@@ -52,9 +52,10 @@ def members(dtype: str, m: int, n: int, k: int) -> tuple[dict, dict[str, str]]:
     import torch
 
     import multibackend as mb
-    from multibackend import reference, staging
-    from multibackend.problem import synthetic
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic
+    from multibackend.gpu import staging
+    from multibackend.verify import reference
 
     gen = torch.Generator(device="cuda").manual_seed(m + n + k)
     if dtype == "int8":
@@ -89,7 +90,7 @@ def main() -> int:
     args = parse()
     import torch
 
-    from multibackend.timing import time_interleaved
+    from multibackend.gpu.timing import time_interleaved
 
     torch.backends.cuda.matmul.allow_tf32 = True
     print(f"device: {torch.cuda.get_device_name()}", flush=True)

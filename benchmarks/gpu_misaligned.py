@@ -10,7 +10,7 @@ Problems: the ``misaligned`` suite (contiguous operands whose K or N is not a mu
 and a 4096x4096x4096 product on views sliced from 4096x4100 matrices (row stride 4100, every
 row 8 bytes off the grid), plus the ``misaligned_small`` suite, where staging cannot pay and
 ``auto`` must simply not lose. Members, each checked against the float64 reference first and
-then timed with their runs alternated (:func:`multibackend.timing.time_interleaved`):
+then timed with their runs alternated (:func:`multibackend.gpu.timing.time_interleaved`):
 ``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
 shortlist, staged TMA tiles included), ``cutlass`` (its first staged kernel, built beforehand
 in one parallel nvcc pass), ``raw_wmma`` (its default: the fast kernel on staged copies), ``auto`` (no table: the calibrated rule), and ``aligned`` — ``torch.matmul`` on the
@@ -34,8 +34,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import (BASE, checked, member_calls, member_lines,  # noqa: E402
-                            prebuild_cutlass, write_report)
+from gpu_validation import (  # noqa: E402
+    BASE,
+    checked,
+    member_calls,
+    member_lines,
+    prebuild_cutlass,
+    write_report,
+)
 
 MEMBERS = ("triton", "cutlass", "raw_wmma", "auto")
 NEIGHBOUR = "aligned"
@@ -64,7 +70,7 @@ def _cases(dtype):
     """(label, A, B) for every problem: the suites' contiguous operands, then the views."""
     import torch
 
-    from multibackend.suites import suite
+    from multibackend.tuning.suites import suite
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     for shape in suite("misaligned") + suite("misaligned_small"):
@@ -88,9 +94,9 @@ def _neighbour(a, b, gen):
 
 def _cutlass_config(a, b):
     """CUTLASS's first staged config for the product (None where it offers none)."""
-    from multibackend import staging
-    from multibackend.registry import REGISTRY
-    from multibackend.request import matmul_call
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.gpu import staging
+    from multibackend.io.request import matmul_call
 
     backend = REGISTRY.get("cutlass")
     problem = matmul_call(a, b, None).problem
@@ -103,7 +109,7 @@ def _prebuild(cases, members):
     """Every CUTLASS kernel the members will run, in one parallel nvcc pass."""
     if "cutlass" not in members:
         return
-    from multibackend.request import matmul_call
+    from multibackend.io.request import matmul_call
 
     jobs = [(matmul_call(a, b, None).problem, config) for _, a, b in cases
             if (config := _cutlass_config(a, b)) is not None]
@@ -114,9 +120,9 @@ def main() -> int:
     args = parse()
     import torch
 
-    from multibackend import dtypes as mb_dtypes
-    from multibackend.request import matmul_call
-    from multibackend.timing import check_mode, paired_ratio, time_interleaved
+    from multibackend.core import dtypes as mb_dtypes
+    from multibackend.gpu.timing import check_mode, paired_ratio, time_interleaved
+    from multibackend.io.request import matmul_call
 
     dtypes_ = args.dtypes or ["float16", "bfloat16"]
     modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]

@@ -15,7 +15,7 @@ sequence (``--batch``). The patched model is a copy with :func:`multibackend.pat
 - logits: relative error ``||patched - torch|| / ||torch||`` (Frobenius, in float64) of the
   eager and of the compiled models, bound 1e-2;
 - time, ``x torch`` = torch's median / the patched model's, the two runs alternated
-  (:func:`multibackend.timing.time_interleaved`): ``eager`` (the eager models, back-to-back
+  (:func:`multibackend.gpu.timing.time_interleaved`): ``eager`` (the eager models, back-to-back
   forwards, host included), ``compiled`` (both models through ``torch.compile(fullgraph=True)``,
   timed in eager mode), ``graph`` (the eager models captured in a CUDA graph and replayed)
   and ``compiled_graph`` (the compiled models captured and replayed); target 0.98x;
@@ -172,7 +172,7 @@ def parse() -> argparse.Namespace:
 
 
 def _timed(label: str, calls: dict, mode: str, args: argparse.Namespace) -> dict:
-    from multibackend.timing import time_interleaved
+    from multibackend.gpu.timing import time_interleaved
 
     t = time_interleaved(calls, mode=mode, reps=args.reps, max_seconds=args.max_seconds)
     torch_t, mb_t = t["torch"], t["multibackend"]

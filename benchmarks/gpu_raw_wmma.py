@@ -1,7 +1,7 @@
 """Raw WMMA backend against cuBLAS on one GPU, same run: every f16 / bf16 GEMM config at 4096^3
 and 8192^3 (checked against float64 first; TFLOP/s and ratio to cuBLAS), and the dot at
 n = 2^28 against a device-to-device copy (GB/s and ratio to the copy's bandwidth). Random
-non-zero data; CUDA events, warm-up, median of many runs (multibackend.timing).
+non-zero data; CUDA events, warm-up, median of many runs (multibackend.gpu.timing).
 
     python benchmarks/gpu_raw_wmma.py [--sizes 4096 8192] [--json out.json]
 
@@ -16,10 +16,10 @@ import time
 import torch
 
 import multibackend as mb
-from multibackend import reference
-from multibackend.registry import REGISTRY
-from multibackend.request import dot_call, matmul_call
-from multibackend.timing import time_gpu
+from multibackend.choose.registry import REGISTRY
+from multibackend.gpu.timing import time_gpu
+from multibackend.io.request import dot_call, matmul_call
+from multibackend.verify import reference
 
 BACKEND = "raw_wmma"
 

@@ -123,10 +123,10 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
     """Each probe's row: its rate in tera-operations per second."""
     import torch
 
-    from multibackend import driver, nvrtc
-    from multibackend.backends.raw_wmma import WGMMA_CC
+    from multibackend.backends.raw_wmma.backend import WGMMA_CC
+    from multibackend.gpu import driver, nvrtc
+    from multibackend.gpu.timing import time_gpu
     from multibackend.raw_wmma import source_path
-    from multibackend.timing import time_gpu
 
     device = torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(device)
@@ -175,9 +175,9 @@ def gemm_rows(dtype: str, size: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend import reference
-    from multibackend.problem import synthetic
-    from multibackend.timing import time_interleaved
+    from multibackend.core.problem import synthetic
+    from multibackend.gpu.timing import time_interleaved
+    from multibackend.verify import reference
 
     a, b = _filled(dtype, size * size, "cuda"), _filled(dtype, size * size, "cuda")
     a, b = a.view(size, size), b.view(size, size)
@@ -236,8 +236,8 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend.backends.raw_wmma import MMA_TILES, TMA_TILES, WGMMA_CC, WGMMA_TILES
-    from multibackend.timing import time_interleaved
+    from multibackend.backends.raw_wmma.backend import MMA_TILES, TMA_TILES, WGMMA_CC, WGMMA_TILES
+    from multibackend.gpu.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8
     a = torch.randint(0, 256, (size, nbytes), dtype=torch.uint8, device="cuda")

@@ -10,7 +10,7 @@ Problems: the ``decode`` suite (M from 1 to 512 times eight LLM projections, the
 128256-word vocabulary head among them) and the ``few_tile`` suite (cubes from 768 to 2560
 and deep-K products: at most two waves of 128x256 output tiles, most under one). Members,
 each checked against the float64 reference first and then timed with their runs alternated
-(:func:`multibackend.timing.time_interleaved`):
+(:func:`multibackend.gpu.timing.time_interleaved`):
 ``torch`` (``torch.matmul``), ``triton`` (its default config: first-call autotune over its
 shortlist, split-K candidates included), ``cutlass`` (its "autotune" config: first-call
 autotune over its shortlist of persistent, stream-K and split-K kernels, built beforehand in
@@ -44,8 +44,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_validation import (BASE, checked, member_calls, member_lines,  # noqa: E402
-                            prebuild_cutlass, write_report)
+from gpu_validation import (  # noqa: E402
+    BASE,
+    checked,
+    member_calls,
+    member_lines,
+    prebuild_cutlass,
+    write_report,
+)
 
 MEMBERS = ("triton", "cutlass", "auto")
 #: seconds the GPU idles before each timing pass after the first (its clock recovers from
@@ -72,8 +78,8 @@ def parse() -> argparse.Namespace:
 def _cutlass_config(problem):
     """CUTLASS's "autotune" config for the problem, else its default (None where it cannot
     run it)."""
-    from multibackend.backends.cutlass import AUTOTUNE
-    from multibackend.registry import REGISTRY
+    from multibackend.backends.cutlass.backend import AUTOTUNE
+    from multibackend.choose.registry import REGISTRY
 
     backend = REGISTRY.get("cutlass")
     if backend.available() is not None or backend.supports(problem) is not None:
@@ -85,7 +91,7 @@ def _cutlass_config(problem):
 def _picks(problem) -> dict[str, str]:
     """The config each of :data:`KERNELS` picked by first-call autotuning for the problem
     (those that picked one)."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     backends = {name: REGISTRY.get(name) for name in KERNELS}  # None: failed to load
     found = {name: b.autotuned(problem) for name, b in backends.items() if b is not None}
@@ -107,10 +113,10 @@ def main() -> int:
     args = parse()
     import torch
 
-    from multibackend import dtypes as mb_dtypes
-    from multibackend.request import matmul_call
-    from multibackend.suites import suite
-    from multibackend.timing import check_mode, time_interleaved
+    from multibackend.core import dtypes as mb_dtypes
+    from multibackend.gpu.timing import check_mode, time_interleaved
+    from multibackend.io.request import matmul_call
+    from multibackend.tuning.suites import suite
 
     suites = args.suites or ["decode", "few_tile"]
     dtypes_ = args.dtypes or ["float16", "bfloat16"]

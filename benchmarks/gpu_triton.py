@@ -14,9 +14,9 @@ import statistics
 import torch
 
 import multibackend as mb
-from multibackend.registry import REGISTRY
-from multibackend.request import dot_call, matmul_call
-from multibackend.timing import time_gpu, time_interleaved
+from multibackend.choose.registry import REGISTRY
+from multibackend.gpu.timing import time_gpu, time_interleaved
+from multibackend.io.request import dot_call, matmul_call
 
 
 def gemm_rows(size: int, dtype: torch.dtype, only: list[str] | None = None) -> list[dict]:

@@ -72,7 +72,7 @@ def parse() -> argparse.Namespace:
 
 
 def _shape_args(suite_name: str, limit: int | None) -> list[str]:
-    from multibackend.suites import suite
+    from multibackend.tuning.suites import suite
 
     if limit is None:
         return ["--suite", suite_name]
@@ -120,7 +120,7 @@ def _figure(entry: dict, candidate: str) -> float | None:
 def compare(one: dict, many: dict) -> dict:
     """The winners of the 1-GPU table ``one`` and the N-GPU table ``many`` per problem (see
     the module docstring)."""
-    from multibackend.tuner import MIN_SPREAD
+    from multibackend.core.names import MIN_SPREAD
 
     counts = {"compared": 0, "same": 0, "within_spread": 0, "disagree": 0, "missing": 0}
     rows = []
@@ -136,7 +136,8 @@ def compare(one: dict, many: dict) -> dict:
         if wa == wb:
             counts["same"] += 1
             continue
-        spread = max(a["spread"] or MIN_SPREAD, b["spread"] or MIN_SPREAD)
+        floor = MIN_SPREAD[a.get("mode", "eager")]
+        spread = max(a["spread"] or floor, b["spread"] or floor)
         ta, tb = _figure(a, wa), _figure(a, wb)
         gap = tb / ta - 1 if tb is not None else None
         ua, ub = _figure(b, wa), _figure(b, wb)
@@ -151,7 +152,7 @@ def compare(one: dict, many: dict) -> dict:
 
 def main() -> int:
     args = parse()
-    from multibackend.tuner import visible_gpus
+    from multibackend.tuning.tuner import visible_gpus
 
     deadline = time.monotonic() + args.deadline_s
     out_dir = Path(args.out_dir)

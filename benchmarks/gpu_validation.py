@@ -8,7 +8,7 @@ Run from the repository root on a machine with a GPU:
 
 For every problem of the suite (random non-zero operands, torch tensors) and every mode, the
 members are timed against each other with their runs alternated
-(:func:`multibackend.timing.time_interleaved`): ``torch`` (``torch.matmul(A, B)``), ``auto``
+(:func:`multibackend.gpu.timing.time_interleaved`): ``torch`` (``torch.matmul(A, B)``), ``auto``
 (``multibackend.matmul(A, B)`` with no tuning table), ``auto_autotune`` (the same call with
 first-call autotuning in this mode: its first call, outside the timing, measures and keeps
 the winner) and any backend named with ``--member`` (``backend=<name>``, or
@@ -26,7 +26,7 @@ and prints per member the geometric mean of torch_ms / ms, the worst problem and
 fall below 0.95x; for ``auto_autotune``, the worst ratio to the fastest member of its problem,
 twice: from the members' medians, and paired (row field ``paired_vs_fastest``): per member
 the median over rounds of its run over auto_autotune's in the same round
-(:func:`multibackend.timing.paired_ratio`), the smallest of them. Eager figures of host-bound
+(:func:`multibackend.gpu.timing.paired_ratio`), the smallest of them. Eager figures of host-bound
 calls move with the host over seconds, so two members running the same call have medians up
 to 5% apart; runs of one round are milliseconds apart and the paired figure cancels that.
 """
@@ -60,7 +60,7 @@ def parse() -> argparse.Namespace:
 def _operands(shape, dtype: str, seed: int):
     import torch
 
-    from multibackend import dtypes
+    from multibackend.core import dtypes
 
     gen = torch.Generator(device="cuda").manual_seed(seed)
     lead = (shape.batch,) if shape.batch > 1 else ()
@@ -98,7 +98,7 @@ def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | No
 
 def prebuild_cutlass(jobs: list) -> None:
     """Every CUTLASS kernel of the (problem, config) ``jobs``, in one parallel nvcc pass."""
-    from multibackend.backends.cutlass import prepare_many
+    from multibackend.backends.cutlass.backend import prepare_many
 
     try:
         prepare_many(jobs)
@@ -127,7 +127,7 @@ def _chosen(a, b, mode: str) -> dict:
 
 def checked(calls: dict, a, b, problem, notes: list) -> dict:
     """The members whose result matches the float64 reference (the first call plans)."""
-    from multibackend import reference
+    from multibackend.verify import reference
 
     ref = reference.reference_matmul(a, b)
     kept = {}
@@ -150,7 +150,7 @@ def member_lines(rows: list[dict], mode: str, leave_out: tuple = (),
     """Per member (``backend`` of the rows, but those in ``leave_out``): the geometric mean
     of torch_ms / ms, the worst ratio and how many fall below 0.95x; with ``paired``, of
     the rows' ``paired`` figure instead (the median over rounds of torch's run over the
-    member's in the same round: see :func:`multibackend.timing.paired_ratio`)."""
+    member's in the same round: see :func:`multibackend.gpu.timing.paired_ratio`)."""
     by_member: dict[str, list[float]] = {}
     for r in rows:
         if r["backend"] not in leave_out:
@@ -187,7 +187,7 @@ def _summary(rows: list[dict], mode: str) -> list[str]:
 def paired_vs_fastest(timed: dict, name: str = "auto_autotune") -> float | None:
     """``name``'s figure against the fastest of the other members, paired by round: the
     smallest over them of the median of (their run / its run) in each round."""
-    from multibackend.timing import paired_ratio
+    from multibackend.gpu.timing import paired_ratio
 
     if name not in timed:
         return None
@@ -199,9 +199,9 @@ def main() -> int:
     args = parse()
     import torch
 
-    from multibackend.problem import synthetic
-    from multibackend.suites import suite
-    from multibackend.timing import check_mode, time_interleaved
+    from multibackend.core.problem import synthetic
+    from multibackend.gpu.timing import check_mode, time_interleaved
+    from multibackend.tuning.suites import suite
 
     dtypes_ = args.dtypes or ["float16", "bfloat16"]
     modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]

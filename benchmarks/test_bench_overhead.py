@@ -1,7 +1,7 @@
 """Host overhead of ``backend="auto"`` on a 64^3 float16 matmul, beyond the kernel's own time.
 
 ``per_call_us`` is the steady-state time per ``mb.matmul(a, b, out=d)`` call in a loop
-(:func:`multibackend.timing.host_calls_per_second`, the device synchronized at the end);
+(:func:`multibackend.gpu.timing.host_calls_per_second`, the device synchronized at the end);
 ``kernel_us`` the kernel's GPU time by CUDA events; ``overhead_us`` their difference (0 when
 the loop is GPU-bound). ``direct_call_us`` is the chosen backend's ``run`` called directly,
 so ``dispatch_us`` is what the front end and dispatch add to it.
@@ -9,9 +9,9 @@ so ``dispatch_us`` is what the front end and dispatch add to it.
 import torch
 
 import multibackend as mb
-from multibackend.registry import REGISTRY
-from multibackend.request import matmul_call
-from multibackend.timing import host_calls_per_second, time_gpu
+from multibackend.choose.registry import REGISTRY
+from multibackend.gpu.timing import host_calls_per_second, time_gpu
+from multibackend.io.request import matmul_call
 
 SIZE = 64
 

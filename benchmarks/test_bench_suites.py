@@ -1,5 +1,5 @@
 """pytest-benchmark suites: square, llm, odd, skinny and batched shapes (see
-:mod:`multibackend.suites`), each backend, cuBLAS and auto in one group per shape."""
+:mod:`multibackend.tuning.suites`), each backend, cuBLAS and auto in one group per shape."""
 from bench_cases import measure
 
 

@@ -14,14 +14,22 @@ In models: ``mb.patch(model)`` makes every ``torch.nn.Linear`` run through ``mat
 Importing this package imports no backend and touches no GPU; backends load on first use
 (and torch with ``nn``, ``patch`` and ``unpatch``).
 """
-from .api import binary_matmul, dot, explain, matmul
-from .crosscheck import Report, crosscheck
-from .errors import (BackendUnavailable, CaptureError, CompileError, InvalidArgument,
-                     InvalidType, KernelRefused, MultibackendError, UnsupportedProblem)
-from .packing import pack_bits, pack_int4, unpack_bits, unpack_int4
-from .problem import Problem
-from .tuner import tune
-from .tuning import load_tuning
+from multibackend.api import binary_matmul, dot, explain, matmul
+from multibackend.choose.tables import load_tuning
+from multibackend.core.errors import (
+    BackendUnavailable,
+    CaptureError,
+    CompileError,
+    InvalidArgument,
+    InvalidType,
+    KernelRefused,
+    MultibackendError,
+    UnsupportedProblem,
+)
+from multibackend.core.packing import pack_bits, pack_int4, unpack_bits, unpack_int4
+from multibackend.core.problem import Problem
+from multibackend.tuning.tuner import tune
+from multibackend.verify.crosscheck import Report, crosscheck
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
 """``python -m multibackend``: see :mod:`multibackend.cli`."""
-from .cli import main
+from multibackend.cli import main
 
 raise SystemExit(main())

@@ -26,8 +26,9 @@ DOT_SIZES_CPU = (1, 1000, 4099)
 
 
 def cmd_info(_args: argparse.Namespace) -> int:
-    from . import environment, fastcall
-    from .registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core import environment
+    from multibackend.run import fastcall
 
     gpu = environment.gpu()
     if gpu["available"]:
@@ -50,7 +51,7 @@ def cmd_info(_args: argparse.Namespace) -> int:
 def _operands(shape, dtype: str, device: str, rng):
     import torch
 
-    from . import dtypes as dt
+    from multibackend.core import dtypes as dt
 
     m, n, k = shape
     tdtype = dt.torch_dtype(dtype)
@@ -66,7 +67,7 @@ def _operands(shape, dtype: str, device: str, rng):
 def _vectors(n: int, dtype: str, device: str, rng):
     import torch
 
-    from . import dtypes as dt
+    from multibackend.core import dtypes as dt
 
     x = torch.rand((n,), generator=rng, dtype=torch.float32) * 2 - 1
     y = torch.rand((n,), generator=rng, dtype=torch.float32) * 2 - 1
@@ -77,8 +78,8 @@ def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.std
     """Cross-check every (shape, dtype) and dot size; print one table; return the reports."""
     import torch
 
-    from .crosscheck import crosscheck, prebuild
-    from .request import matmul_call
+    from multibackend.io.request import matmul_call
+    from multibackend.verify.crosscheck import crosscheck, prebuild
 
     rng = torch.Generator().manual_seed(0)
     cases = [(_operands(shape, dtype, device, rng), kwargs) for dtype, kwargs in dtypes
@@ -112,7 +113,7 @@ def _rows(report) -> str:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import environment
+    from multibackend.core import environment
 
     gpu = environment.gpu()
     if gpu["available"]:
@@ -137,10 +138,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from . import environment
-    from .errors import InvalidArgument
-    from .tuner import tune
-    from .tuning import merge, save_table
+    from multibackend.choose.tables import merge, save_table
+    from multibackend.core import environment
+    from multibackend.core.errors import InvalidArgument
+    from multibackend.tuning.tuner import tune
 
     shapes = list(args.suite or []) + list(args.shape or [])
     if not shapes:
@@ -174,8 +175,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _merge_base(args: argparse.Namespace) -> dict | None:
     """The table in ``--out`` that ``--merge`` adds the run to (None: nothing to merge),
     read before the run, so that a file that is no table fails at once, not after it."""
-    from .errors import InvalidArgument
-    from .tuning import read_table
+    from multibackend.choose.tables import read_table
+    from multibackend.core.errors import InvalidArgument
 
     if not (args.merge and os.path.exists(args.out)):
         return None
@@ -188,7 +189,7 @@ def _merge_base(args: argparse.Namespace) -> dict | None:
 def _other_environment(base: dict, env: dict, out: str, other: str) -> str:
     """Why ``--merge`` cannot add a table measured in ``env`` (``other``'s environment) to
     ``base``, the table in ``out`` ('' where it can)."""
-    from .tuning import mismatch
+    from multibackend.choose.tables import mismatch
 
     diff = mismatch(base["environment"], env, (out, other))
     if not diff:
@@ -208,7 +209,7 @@ def _gpus(text: str) -> int | str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report import report
+    from multibackend.report import report
 
     text, figures, plots = report(args.paths, args.out_dir)
     print(text)
@@ -230,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--json", help="also write the reports to this JSON file")
     check.add_argument("--shapes", type=int, default=0,
                        help="only the first N default shapes (GPU)")
-    from .suites import SUITES
-    from .timing import MODES
+    from multibackend.gpu.timing import MODES
+    from multibackend.tuning.suites import SUITES
 
     tune = sub.add_parser("tune", help="time every backend and config per shape; write a "
                                        "tuning table for backend='auto'")
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--{option} {target}: the folder {folder} does not exist")
     if args.command == "tune" and args.max_configs is not None and args.max_configs < 1:
         parser.error(f"--max-configs {args.max_configs}: expected at least 1")
-    from .errors import MultibackendError
+    from multibackend.core.errors import MultibackendError
 
     try:
         return {"info": cmd_info, "check": cmd_check, "tune": cmd_tune,

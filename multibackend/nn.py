@@ -7,10 +7,10 @@ state_dict and results) whose forward is ``D = x @ W^T + b`` through
 passed as the ``.mT`` view (a column-major operand, no copy) and the bias as C with beta = 1,
 broadcast over the rows (row stride 0), so the backend adds it in its epilogue. Under
 torch.compile and autograd the product goes through the registered operator
-(:mod:`multibackend.torch_op`) like any other call. Once a layer's product has been planned
-and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.plans.linear`), later calls
+(:mod:`multibackend.integrations.torch_op`) like any other call. Once a layer's product has been planned
+and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.run.plans.linear`), later calls
 are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op. A
-layer keeps a memo of the plan that served it (:class:`multibackend.plans.LayerPlan`), checked
+layer keeps a memo of the plan that served it (:class:`multibackend.run.plans.LayerPlan`), checked
 by identity on each call, so that its repeated calls cost no more host time than torch's own
 layer.
 
@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from . import plans
-from .api import matmul
-from .errors import InvalidType
-from .registry import REGISTRY
+from multibackend.api import matmul
+from multibackend.choose.registry import REGISTRY
+from multibackend.core.errors import InvalidType
+from multibackend.run import plans
 
 _F_LINEAR = torch.nn.functional.linear
 _compiling = torch.compiler.is_dynamo_compiling
@@ -40,7 +40,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     weight (out, in), bias (out,) or None; the result is (*, out).
 
     Once a layer's product has been planned and dispatch runs it on cuBLAS for every size
-    below bounds these sizes are under (:func:`multibackend.plans.linear`), later calls are
+    below bounds these sizes are under (:func:`multibackend.run.plans.linear`), later calls are
     ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
     without building its views."""
     traced = _compiling()
@@ -55,7 +55,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     backend: str | None, traced: bool) -> torch.Tensor:
     """The layer's product through :func:`multibackend.matmul`, remembered for
-    :func:`multibackend.plans.linear` (unless torch.compile is tracing it)."""
+    :func:`multibackend.run.plans.linear` (unless torch.compile is tracing it)."""
     rows = x.reshape(-1, x.shape[-1])
     c = None if bias is None else bias.expand(rows.shape[0], weight.shape[0])
     d = matmul(rows, weight.mT, c, backend=backend)

@@ -22,9 +22,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InvalidArgument
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.names import BASELINE
 
-BASELINE = "cublas"
 AUTO = "auto"
 AUTO_VS_BEST_BAR = 0.97
 GEOMEAN_BAR = 1.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from multibackend.crosscheck import poison
-from multibackend.problem import Problem, make_operand, synthetic
+from multibackend.core.problem import Problem, make_operand, synthetic
+from multibackend.verify.crosscheck import poison
 
 
 def random_tensor(shape, dtype: torch.dtype, device="cpu", *, generator=None, small_int=False):

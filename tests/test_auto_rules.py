@@ -7,13 +7,16 @@ import math
 
 import pytest
 
-from multibackend import autotune, calibration, dispatch, tuning
-from multibackend.backends.base import Config
-from multibackend.capability import Reason
-from multibackend.errors import InvalidArgument
-from multibackend.problem import synthetic
-from multibackend.suites import SUITES, VALIDATION_TOKENS
-from multibackend.timing import Timing
+from multibackend.choose import calibration, dispatch
+from multibackend.choose import store as autotune
+from multibackend.choose import tables as tuning
+from multibackend.core.capability import Reason
+from multibackend.core.config import Config
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.problem import synthetic
+from multibackend.gpu.timing import Timing
+from multibackend.tuning.suites import SUITES, VALIDATION_TOKENS
+from multibackend.verify import measure
 
 
 class _Backend:
@@ -327,12 +330,12 @@ def _timing(ms: float, width: float = 0.0) -> Timing:
     (_timing(1.05), _timing(1.0), "eager", "cublas", 0.03)])
 def test_autotune_keeps_cublas_unless_beaten_by_more_than_either_spread(rival, cublas, mode,
                                                                         winner, spread):
-    chosen, needed = autotune.choose({"rival": rival, "cublas": cublas}, mode)
+    chosen, needed = measure.winner({"rival": rival, "cublas": cublas}, mode)
     assert chosen == winner and needed == pytest.approx(spread)
 
 
 def test_autotune_without_a_cublas_figure_takes_the_fastest():
-    assert autotune.choose({"a": _timing(1.0), "b": _timing(0.9, 0.5)}, "eager") == ("b", 0.03)
+    assert measure.winner({"a": _timing(1.0), "b": _timing(0.9, 0.5)}, "eager") == ("b", 0.03)
 
 
 def _stored(backend: str, config: str) -> dict:

@@ -10,15 +10,22 @@ import os
 import numpy as np
 import pytest
 import torch
+from helpers import DLPackOnly, poisoned, random_tensor
 
 import multibackend as mb
-from multibackend import cache, fastcall, packing, tuning
-from multibackend.backends.base import Config
-from multibackend.errors import (BackendUnavailable, CacheUnusable, InvalidArgument,
-                                 InvalidType, UnsupportedProblem)
-from multibackend.request import matmul_call
-
-from helpers import DLPackOnly, poisoned, random_tensor
+from multibackend.choose import tables as tuning
+from multibackend.core import packing
+from multibackend.core.config import Config
+from multibackend.core.errors import (
+    BackendUnavailable,
+    CacheUnusable,
+    InvalidArgument,
+    InvalidType,
+    UnsupportedProblem,
+)
+from multibackend.gpu import cache
+from multibackend.io.request import matmul_call
+from multibackend.run import fastcall
 
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="runs Triton's interpreter on host tensors")
@@ -45,15 +52,15 @@ def test_out_sharing_an_operand_is_refused_on_a_repeated_call_too(monkeypatch):
     """The plan a call remembers is keyed by shapes, strides and alignment, not addresses: a
     later call of that key whose out is A, B or C must still be refused, not computed in
     place. The refusing calls are served by the plan (they never reach validation)."""
-    from multibackend import api
+    from multibackend import eager
 
     a, b, c, separate, other = _slab(5, 1)
     first = mb.matmul(a, b, out=separate, backend="triton")
     assert torch.equal(first, a.double().matmul(b.double()).float())
     mb.matmul(a, b, c, out=other, backend="triton")
     validated = []
-    real = api.matmul_call
-    monkeypatch.setattr(api, "matmul_call", lambda *x, **kw: validated.append(1) or real(*x, **kw))
+    real = eager.matmul_call
+    monkeypatch.setattr(eager, "matmul_call", lambda *x, **kw: validated.append(1) or real(*x, **kw))
     for args, name in (((a, b), "B"), ((a, b), "A"), ((a, b, c), "C")):
         out = {"A": a, "B": b, "C": c}[name]
         kept = out.clone()
@@ -109,8 +116,8 @@ def test_every_config_triton_offers_passes_its_own_check(monkeypatch):
     """The rule refuses no config the backend offers itself, on sm_90 shapes of each kind:
     skinny (split-K and TMA split-K, widths of two powers), few-tile, large, misaligned (the
     GPU's candidates, not the interpreter's)."""
-    from multibackend.problem import synthetic
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     triton = REGISTRY.get("triton")
@@ -268,13 +275,13 @@ def test_a_dtype_name_with_stray_characters_is_refused():
     with pytest.raises(InvalidArgument, match="out_dtype is \"float32'\\)>\\)\\)\""):
         mb.explain(np.ones((4, 4), np.float32), np.ones((4, 4), np.float32),
                    out_dtype="float32')>))")
-    from multibackend import dtypes
+    from multibackend.core import dtypes
 
     assert dtypes.canonical(np.dtype("float16")) == dtypes.canonical(np.float16) == "float16"
 
 
 def test_crosscheck_takes_one_name_and_refuses_c_for_a_dot():
-    from multibackend.request import call_for
+    from multibackend.io.request import call_for
 
     with pytest.raises(InvalidArgument, match="dot: C is given but x is 1-D"):
         call_for(np.ones(4, np.float32), np.ones(4, np.float32), np.ones(4, np.float32))
@@ -286,7 +293,7 @@ def test_crosscheck_takes_one_name_and_refuses_c_for_a_dot():
 def test_a_crosscheck_where_no_backend_ran_does_not_pass():
     """A report is ok only where some backend ran and every one that ran matched: one where
     each backend refused the problem checked nothing."""
-    from multibackend.crosscheck import BackendResult, Report
+    from multibackend.verify.crosscheck import BackendResult, Report
 
     refused = [BackendResult("raw_wmma", False, reason="no CUDA GPU visible"),
                BackendResult("cublas", False, reason="no CUDA GPU visible")]
@@ -369,7 +376,7 @@ def test_a_dlpack_a_without_cupy_is_refused_before_any_work():
 
 
 def test_explain_of_a_problem_takes_no_options_and_grad_calls_check_the_backend():
-    from multibackend.problem import synthetic
+    from multibackend.core.problem import synthetic
 
     with pytest.raises(InvalidArgument, match="A is a Problem, .* so alpha, saturate cannot"):
         mb.explain(synthetic(8, 8, 8, "float16"), alpha=2.0, saturate=True)
@@ -528,8 +535,8 @@ def test_an_out_of_another_library_is_written_and_answered_itself():
 def test_a_remembered_plan_with_out_leaves_a_call_autograd_records_to_its_rule(monkeypatch):
     """A plan made by torch's own op (cuBLAS's ``produce``) records nothing when it writes a
     given ``out``: once A requires grad, the repeated call gets the full path's error."""
-    from multibackend import plans
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.run import plans
 
     a, b, d = torch.randn(8, 16), torch.randn(16, 4), torch.empty(8, 4)
     name = mb.explain(a, b).backend

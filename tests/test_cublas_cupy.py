@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multibackend.backends.cublas_cupy import layout
+from multibackend.backends.cublas.cupy_gemm import layout
 
 
 def cublas_reads(base: np.ndarray, offset: int, rows: int, cols: int, transposed: bool,

@@ -1,7 +1,7 @@
 """CPU tier of CUTLASS's "autotune" config: which kernels it times for which problems, that its
 kernels are built together (and the config counts as built only when all of them are), that
 the fastest is picked, kept and run, and the shared timing rule behind it and Triton's
-autotuning (:func:`multibackend.timing.fastest`): ties go to the earlier candidate and one
+autotuning (:func:`multibackend.gpu.timing.fastest`): ties go to the earlier candidate and one
 that fails is left out. The kernels themselves run in the GPU tier."""
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ import pytest
 
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, timing, toolchain  # noqa: E402
-from multibackend.backends import cutlass as backend_module  # noqa: E402
-from multibackend.backends.base import Config, Operands  # noqa: E402
-from multibackend.errors import KernelRefused  # noqa: E402
-from multibackend.problem import synthetic  # noqa: E402
+from multibackend.backends.cutlass import backend as backend_module
+from multibackend.backends.cutlass import build as cutlass_build
+from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.core.config import Config, Operands
+from multibackend.core.errors import KernelRefused
+from multibackend.core.problem import synthetic
+from multibackend.gpu import timing, toolchain
 
 AUTOTUNE = backend_module.AUTOTUNE
 DEFAULT = "128x256x64_2x1x1_cooperative_tma"

@@ -15,10 +15,12 @@ import pytest
 
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, staging, toolchain  # noqa: E402
-from multibackend.backends import cutlass as backend_module  # noqa: E402
-from multibackend.backends.base import Config  # noqa: E402
-from multibackend.problem import Problem, folded_batch, make_operand, synthetic  # noqa: E402
+from multibackend.backends.cutlass import backend as backend_module
+from multibackend.backends.cutlass import build as cutlass_build
+from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.core.config import Config
+from multibackend.core.problem import Problem, folded_batch, make_operand, synthetic
+from multibackend.gpu import staging, toolchain
 from tests.helpers import sliced_problem  # noqa: E402
 
 BACKEND = backend_module.create()
@@ -231,7 +233,7 @@ def test_odd_output_width_uses_a_non_tma_epilogue():
 def test_an_out_off_the_16_byte_grid_gets_kernels_that_store_it():
     import torch
 
-    from multibackend.request import matmul_call
+    from multibackend.io.request import matmul_call
 
     x, w = torch.ones(128, 64).half(), torch.ones(64, 128).half()
     out = torch.empty(128 * 128 + 1).half()[1:].view(128, 128)  # 2 bytes past the grid
@@ -273,7 +275,7 @@ def test_batches_past_the_2x_grid_are_refused_where_only_2x_kernels_fit():
 def test_a_bias_broadcast_over_the_rows_is_refused_saying_so():
     import torch
 
-    from multibackend.request import matmul_call
+    from multibackend.io.request import matmul_call
 
     x, w = torch.ones(64, 64).half(), torch.ones(64, 64).half()
     problem = matmul_call(x, w.mT, torch.ones(64).half().expand(64, 64), beta=1.0).problem
@@ -374,7 +376,7 @@ def test_missing_nvcc_is_a_clear_error(monkeypatch):
 SECOND_PROCESS = """
 import sys
 from pathlib import Path
-from multibackend import cutlass_build
+from multibackend.backends.cutlass import build as cutlass_build
 
 def no_compile(*args):
     raise AssertionError("the second process compiled")
@@ -458,7 +460,7 @@ def test_prepare_many_builds_every_pair_at_once_and_returns_those_that_built(mon
 def test_check_prebuilds_every_problem_in_one_parallel_build(monkeypatch):
     import importlib
 
-    crosscheck = importlib.import_module("multibackend.crosscheck")  # the module, not the call
+    crosscheck = importlib.import_module("multibackend.verify.crosscheck")  # the module, not the call
     asked = []
 
     class Parallel:

@@ -13,11 +13,13 @@ import pytest
 
 pytest.importorskip("cutlass_library")
 
-from multibackend import cutlass_build, cutlass_emit, toolchain  # noqa: E402
-from multibackend.backends import cutlass as backend_module  # noqa: E402
-from multibackend.backends.base import Config, Operands  # noqa: E402
-from multibackend.errors import InvalidArgument  # noqa: E402
-from multibackend.problem import synthetic  # noqa: E402
+from multibackend.backends.cutlass import backend as backend_module
+from multibackend.backends.cutlass import build as cutlass_build
+from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.core.config import Config, Operands
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.problem import synthetic
+from multibackend.gpu import toolchain
 from tests.helpers import sliced_problem  # noqa: E402
 
 BACKEND = backend_module.create()

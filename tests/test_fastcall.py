@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import fastcall, plans
-from multibackend.backends.base import Config
-from multibackend.dispatch import ENV_BACKEND
+from multibackend.core.config import Config
+from multibackend.core.names import ENV_BACKEND
+from multibackend.run import fastcall, plans
 
 INF = float("inf")
 

@@ -11,13 +11,17 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import dtypes
-from multibackend.capability import Capability, DtypeRule
-from multibackend.dispatch import FALLBACK_ORDER, decide
-from multibackend.errors import (BackendUnavailable, InvalidArgument, InvalidType,
-                                 UnsupportedProblem)
-from multibackend.problem import classify_layout, pointer_alignment, synthetic, synthetic_dot
-from multibackend.request import matmul_call
+from multibackend.choose.dispatch import FALLBACK_ORDER, decide
+from multibackend.core import dtypes
+from multibackend.core.capability import Capability, DtypeRule
+from multibackend.core.errors import (
+    BackendUnavailable,
+    InvalidArgument,
+    InvalidType,
+    UnsupportedProblem,
+)
+from multibackend.core.problem import classify_layout, pointer_alignment, synthetic, synthetic_dot
+from multibackend.io.request import matmul_call
 
 
 def f16(*shape):
@@ -62,7 +66,8 @@ def test_problem_is_frozen_and_keyed():
 
 
 def test_autotune_picks_are_made_once_per_problem_and_found_by_identity_or_equality():
-    from multibackend.backends.base import AutotunePicks, Config
+    from multibackend.backends.base import AutotunePicks
+    from multibackend.core.config import Config
 
     picks, made = AutotunePicks(), []
 
@@ -288,7 +293,7 @@ def test_synthetic_dot_problem():
 
 # -- remembered plans ---------------------------------------------------------------------------
 def test_repeated_calls_reuse_the_plan_and_stay_correct(monkeypatch):
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     gen = torch.Generator().manual_seed(5)
@@ -310,7 +315,7 @@ def test_repeated_calls_reuse_the_plan_and_stay_correct(monkeypatch):
 
 
 def test_plans_never_key_on_array_valued_scalars():
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     a, b = torch.ones((4, 4)), torch.ones((4, 4))
@@ -322,7 +327,7 @@ def test_plans_never_key_on_array_valued_scalars():
 
 
 def test_remembered_plan_for_batched_broadcast_operands():
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     gen = torch.Generator().manual_seed(6)
@@ -340,8 +345,8 @@ def test_remembered_plan_for_batched_broadcast_operands():
     (2, 2, None, None), (2, 2, 2, 2), (3, 2, 3, None), (2, 3, 2, 3), (3, 3, None, 3)])
 def test_remembered_plan_hands_matrices_as_given_to_backends_that_take_them(
         monkeypatch, rank_a, rank_b, rank_c, out_rank):
-    from multibackend import plans
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.run import plans
 
     triton = REGISTRY.get("triton")
     assert triton.takes_matrices
@@ -377,8 +382,8 @@ def test_remembered_plan_hands_matrices_as_given_to_backends_that_take_them(
 
 
 def test_remembered_plan_launches_through_the_backends_bound_launch(monkeypatch):
-    from multibackend import plans
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.run import plans
 
     triton = REGISTRY.get("triton")
     asked, bound_calls = [], []
@@ -431,7 +436,7 @@ def test_review_edge_cases_of_scalars_strides_and_aliasing():
 
 
 def test_strided_layout_is_named_plainly():
-    from multibackend.capability import Capability, DtypeRule
+    from multibackend.core.capability import Capability, DtypeRule
 
     cap = Capability("demo", (DtypeRule("float32", accs=("float32",), outs=("float32",),
                                         precisions=("ieee",), a_layouts=("row",)),))
@@ -443,7 +448,7 @@ def test_strided_layout_is_named_plainly():
 
 def test_calls_with_the_same_metadata_share_one_problem_object():
     """Backends key their per-problem caches on the Problem and find it by identity."""
-    from multibackend.request import matmul_call
+    from multibackend.io.request import matmul_call
 
     a, b = torch.ones((6, 4), dtype=torch.float32), torch.ones((4, 5), dtype=torch.float32)
     first = matmul_call(a, b).problem
@@ -456,7 +461,7 @@ def test_calls_with_the_same_metadata_share_one_problem_object():
 def test_host_tensors_never_get_a_shape_free_plan():
     """A shape-free plan runs the caller's own op, which for host tensors would compute on
     the host: host tensors are keyed in full instead."""
-    from multibackend import plans
+    from multibackend.run import plans
 
     a, b = torch.ones((4, 4)), torch.ones((4, 4))
     assert plans.family_key(("matmul:plain", "auto"), a, b) is None
@@ -467,8 +472,7 @@ def test_first_call_autotune_times_each_backend_by_the_call_that_runs_once_it_is
     """The candidates of a plain autotuned call are timed as ``matmul(A, B, backend=name)``
     (``dot(x, y, backend=name)``): the call the chosen backend then serves, by the compiled
     front once repeated; a candidate's check into a poisoned ``out`` keeps every keyword."""
-    from multibackend import api
-    from multibackend import autotune as first_call
+    from multibackend import eager, first_call
 
     reruns = []
 
@@ -477,7 +481,7 @@ def test_first_call_autotune_times_each_backend_by_the_call_that_runs_once_it_is
         raise InvalidArgument("captured")
 
     monkeypatch.setattr(first_call, "measure", captured)
-    monkeypatch.setattr(api, "decide", lambda *args, **kw: mb.dispatch.Decision(
+    monkeypatch.setattr(eager, "decide", lambda *args, **kw: mb.choose.dispatch.Decision(
         args[0], None, None, "autotune", "not measured yet", ()))
     a, b = torch.ones(4, 8), torch.ones(8, 2)
     for make in (lambda: mb.matmul(a, b, autotune="eager"),
@@ -485,8 +489,8 @@ def test_first_call_autotune_times_each_backend_by_the_call_that_runs_once_it_is
         with pytest.raises(InvalidArgument, match="captured"):
             make()
     calls = []
-    monkeypatch.setattr(api, "matmul", lambda *args, **kw: calls.append((args, kw)))
-    monkeypatch.setattr(api, "dot", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(eager, "matmul", lambda *args, **kw: calls.append((args, kw)))
+    monkeypatch.setattr(eager, "dot", lambda *args, **kw: calls.append((args, kw)))
     for rerun in reruns:
         rerun("triton", None, None)
     reruns[0]("triton", "cfg", "out")
@@ -503,7 +507,7 @@ def test_cupy_callers_stream_is_cupys_current_stream_on_the_arrays_device(monkey
     import sys
     import types
 
-    from multibackend import arrays
+    from multibackend.io import arrays
 
     current = {"device": 0}
     streams = {0: 0x1000, 1: 0x2000}

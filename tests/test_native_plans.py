@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import fastcall, native, plans, tensormap
+from multibackend.gpu import native, tensormap
+from multibackend.run import fastcall, plans
 
 pytestmark = pytest.mark.skipif(fastcall.compiler() is None,
                                 reason="no C++ compiler ($CXX, c++ or g++) to build the front")
@@ -261,7 +262,7 @@ def test_a_triton_launch_with_an_unknown_pointer_or_type_is_not_described(monkey
 
 
 class FakeEncoder:
-    """libcuda's cuTensorMapEncodeTiled as :func:`multibackend.tensormap.triton_map` calls it:
+    """libcuda's cuTensorMapEncodeTiled as :func:`multibackend.gpu.tensormap.triton_map` calls it:
     each call recorded (data type, rank, address, dims, byte strides, box, element strides,
     interleave, swizzle, L2 promotion, fill), its map filled with a marker and the address."""
 
@@ -446,7 +447,7 @@ def test_a_dot_plan_of_arrays_is_served_by_the_dot_entry(module):
 
 
 def test_a_launch_step_reads_the_prepared_buffer_and_fixes_what_the_plan_keeps():
-    from multibackend import driver
+    from multibackend.gpu import driver
 
     params = (("x", driver.POINTER), ("n", driver.INT64), ("partial", driver.POINTER),
               ("count", driver.INT32))

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import api, torch_op
-from multibackend.errors import InvalidType
+from multibackend import eager
+from multibackend.core.errors import InvalidType
+from multibackend.integrations import torch_op
 from tests.helpers import record_torchs_linear
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
@@ -113,7 +114,7 @@ def test_linear_gradients_match_torchs_and_pass_gradcheck():
 def test_linear_bias_is_c_with_beta_one(monkeypatch):
     """The bias goes to matmul as C (broadcast over the rows, no copy) with beta left at 1."""
     seen = {}
-    matmul = api.matmul
+    matmul = eager.matmul
 
     def spy(A, B, C=None, **options):
         seen.update(c=C, options=options, b_strides=B.stride())
@@ -140,7 +141,7 @@ def test_linear_reads_a_parametrized_or_replaced_weight_as_torchs_layer_does(mon
     elsewhere (a parametrization, a plain tensor set after the parameter was deleted) is the
     one it multiplies by, as torch's layer would."""
     seen = []
-    matmul = api.matmul
+    matmul = eager.matmul
 
     def spy(A, B, C=None, **options):
         seen.append(B.mT)
@@ -260,11 +261,11 @@ def test_importing_multibackend_does_not_import_torch():
 
 
 def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
-    """The linear layer's shortest path (:func:`multibackend.plans.linear`) answers yes only
+    """The linear layer's shortest path (:func:`multibackend.run.plans.linear`) answers yes only
     under the family plan its product made, within that plan's bounds; a bias other than a
     vector, or a weight of another dtype than the input's, is never served by it. (Host
     tensors make no family plans: the product's key here counts them as on a GPU.)"""
-    from multibackend import plans
+    from multibackend.run import plans
 
     monkeypatch.setattr(plans, "_torch_key", lambda options, a, b, c=None: (
         options, a.dtype, b.dtype, a.ndim, b.ndim,
@@ -318,7 +319,7 @@ def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_und
     import copy
     import pickle
 
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     served = record_torchs_linear(monkeypatch)

@@ -5,10 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from multibackend.errors import InvalidArgument, InvalidType
-from multibackend.packing import (pack_bits, pack_int4, reference_packed, unpack_bits,
-                                  unpack_int4)
-from multibackend.problem import synthetic
+from multibackend.core.errors import InvalidArgument, InvalidType
+from multibackend.core.packing import (
+    pack_bits,
+    pack_int4,
+    reference_packed,
+    unpack_bits,
+    unpack_int4,
+)
+from multibackend.core.problem import synthetic
 
 
 def test_int4_nibble_order_is_low_nibble_first():

@@ -35,11 +35,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from multibackend import driver, native, nvrtc, staging, tensormap, toolchain
-from multibackend.backends import raw_wmma as rw
-from multibackend.backends.base import Config, Operands
-from multibackend.errors import CompileError, InvalidArgument, KernelRefused
-from multibackend.problem import synthetic, synthetic_dot
+from multibackend.backends.raw_wmma import backend as rw
+from multibackend.core.config import Config, Operands
+from multibackend.core.errors import CompileError, InvalidArgument, KernelRefused
+from multibackend.core.problem import synthetic, synthetic_dot
+from multibackend.gpu import driver, native, nvrtc, staging, tensormap, toolchain
 from multibackend.raw_wmma import SOURCE_DIR
 
 SOURCES = ("wmma_fast.cu", "wmma_generic.cu", "wmma_subbyte.cu", "dot.cu", "ceiling.cu",
@@ -581,7 +581,7 @@ def test_nvrtc_builds_once_and_a_second_process_compiles_nothing(cache_dir):
     assert first.built and first.path.parent == cache_dir and nvrtc.valid_cubin(
         first.path.read_bytes())
     assert _compile() == nvrtc.Compiled(first.path, built=False)
-    code = ("from multibackend import nvrtc\nfrom multibackend.raw_wmma import SOURCE_DIR\n"
+    code = ("from multibackend.gpu import nvrtc\nfrom multibackend.raw_wmma import SOURCE_DIR\n"
             f"c = nvrtc.compile_cubin(SOURCE_DIR / 'dot.cu', '{DOT_KERNEL}', 'sm_90', "
             f"['RW_ONLY={DOT_KERNEL}'])\nprint(c.built, c.path)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -996,7 +996,7 @@ def test_run_launches_with_a_buffer_built_once_and_pointers_rewritten(fake_drive
 
 
 class FakeTensorMaps:
-    """libcuda's tensor-map calls as :mod:`multibackend.tensormap` makes them: each encode
+    """libcuda's tensor-map calls as :mod:`multibackend.gpu.tensormap` makes them: each encode
     recorded (address, dims, strides, box) and its map filled with a marker and the address;
     each address replacement recorded and written into the map."""
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from multibackend import reference
-from multibackend.errors import InvalidArgument
-from multibackend.problem import synthetic, synthetic_dot
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.problem import synthetic, synthetic_dot
+from multibackend.verify import reference
 
 
 def _operands(m: int, n: int, k: int, dtype: torch.dtype, seed: int):

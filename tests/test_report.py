@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from multibackend import cli
-from multibackend.errors import InvalidArgument
+from multibackend.core.errors import InvalidArgument
 from multibackend.report import bars, load, plot, report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sample"

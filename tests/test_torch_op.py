@@ -12,8 +12,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import multibackend as mb
-from multibackend import api, torch_op
-from multibackend.errors import InvalidArgument, InvalidType
+from multibackend import eager
+from multibackend.core.errors import InvalidArgument, InvalidType
+from multibackend.integrations import torch_op
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
                                 reason="CPU tier: runs the interpreter on host tensors")
@@ -314,13 +315,13 @@ def test_gradients_refused_name_the_rule(saturate, dtype, pattern):
 
 def test_the_compile_check_is_torchs_own():
     """The one check on every call is torch's constant-folded function, bound once."""
-    assert api._compiling is torch.compiler.is_dynamo_compiling
+    assert eager._compiling is torch.compiler.is_dynamo_compiling
 
 
 def _count_recorded(monkeypatch):
     calls = []
-    recorded = api._recorded
-    monkeypatch.setattr(api, "_recorded",
+    recorded = eager._recorded
+    monkeypatch.setattr(eager, "_recorded",
                         lambda *a, **k: calls.append(1) or recorded(*a, **k))
     return calls
 

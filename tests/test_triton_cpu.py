@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import reference
-from multibackend.api import execute
-from multibackend.crosscheck import poison
-from multibackend.dispatch import decide
-from multibackend.request import dot_call, matmul_call
+from multibackend.choose.dispatch import decide
+from multibackend.io.request import dot_call, matmul_call
+from multibackend.run.execute import execute
+from multibackend.verify import reference
+from multibackend.verify.crosscheck import poison
 
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="interpreter tests run where there is no GPU")
@@ -84,8 +84,8 @@ def test_interpreter_k_steps_past_2_31_elements():
 
 
 def test_k_offsets_go_64_bit_exactly_where_a_step_spans_2_31_elements():
-    from multibackend.backends.triton import wide_k
-    from multibackend.problem import synthetic
+    from multibackend.backends.triton.backend import wide_k
+    from multibackend.core.problem import synthetic
 
     rows = synthetic(8, 8, 64, b_layout="col")  # B's K is contiguous: stride 1 along K
     assert not wide_k(rows, 64)
@@ -113,7 +113,7 @@ def test_interpreter_batch_over_a_broadcast_b_runs_as_one_product_of_stacked_row
     as one product of batch x M rows, one launch (so too A's rows spaced wider than K and a
     batch of single rows); A's entries apart or C broadcast over the batch keep the batch.
     Every one matches float64."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     backend = REGISTRY.get("triton")
     launches = []
@@ -166,7 +166,7 @@ def test_interpreter_detects_a_wrong_result():
 @interpreter_only
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 def test_interpreter_dot(dtype):
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     gen = torch.Generator().manual_seed(11)
     for n in (1, 7, 4096, 4097, 20000):
@@ -274,8 +274,8 @@ def test_pointer_kernel_loads_16_bytes_at_a_time_where_told_an_operand_comes_in_
 
 
 def test_load_units_where_triton_cannot_see_them():
-    from multibackend.backends.triton import load_units
-    from multibackend.request import matmul_call
+    from multibackend.backends.triton.backend import load_units
+    from multibackend.io.request import matmul_call
 
     def units(a, b):
         return load_units(matmul_call(a, b).problem, a, b)
@@ -311,7 +311,7 @@ def test_load_units_where_triton_cannot_see_them():
 def test_interpreter_with_load_units(dtype):
     """Every layout with A's and B's extents and leading dimensions whole 16 bytes but not 16
     elements (units told), batched, with C: the results match float64."""
-    from multibackend.backends.triton import load_units
+    from multibackend.backends.triton.backend import load_units
 
     gen = torch.Generator().manual_seed(31)
     tdtype = getattr(torch, dtype)
@@ -369,7 +369,7 @@ class _FakeJit:
 
 
 def test_launcher_keeps_the_compiled_kernel_per_key(monkeypatch):
-    from multibackend.backends.triton_launch import Launcher, aligned
+    from multibackend.backends.triton.launch import Launcher, aligned
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     fn = _FakeJit()
@@ -398,7 +398,7 @@ def test_launcher_keeps_the_compiled_kernel_per_key(monkeypatch):
 
 
 def test_launcher_keeps_nothing_under_the_interpreter(monkeypatch):
-    from multibackend.backends.triton_launch import Launcher
+    from multibackend.backends.triton.launch import Launcher
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     fn = _FakeJit()
@@ -422,7 +422,7 @@ class _RecordingLauncher:
     def kept(self, key):
         if key not in self.keys:
             return None
-        from multibackend.backends.triton_launch import Kept
+        from multibackend.backends.triton.launch import Kept
 
         return Kept(lambda *args, stream: self.launches.append((args[:-1], stream)), ("TAIL",),
                     None, (1, 1, 1))
@@ -430,7 +430,7 @@ class _RecordingLauncher:
 
 @pytest.mark.parametrize("with_c", [False, True])
 def test_bound_launch_passes_what_run_passes(with_c):
-    from multibackend.backends.triton import TritonBackend
+    from multibackend.backends.triton.backend import TritonBackend
 
     backend = TritonBackend()
     backend._matmul_launcher = recorder = _RecordingLauncher()
@@ -456,7 +456,7 @@ def test_bound_launch_passes_what_run_passes(with_c):
 
 
 def test_dot_has_no_bound_launch():
-    from multibackend.backends.triton import TritonBackend
+    from multibackend.backends.triton.backend import TritonBackend
 
     backend = TritonBackend()
     x = torch.rand(100)
@@ -467,8 +467,8 @@ def test_dot_has_no_bound_launch():
 def test_configs_of_one_name_and_other_parameters_each_run_their_own():
     """A kernel's launch settings are kept per config, not per name: a caller's config that
     shares a name with an earlier one but not its tiles runs its own tiles."""
-    from multibackend.backends.base import Config
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.config import Config
 
     gen = torch.Generator().manual_seed(5)
     a, b = _rand((40, 24), torch.float16, gen), _rand((24, 36), torch.float16, gen)
@@ -486,7 +486,7 @@ def test_configs_of_one_name_and_other_parameters_each_run_their_own():
 
 
 def _tma_tile():
-    from multibackend.backends import triton as backend_module
+    from multibackend.backends.triton import backend as backend_module
 
     return backend_module._tma_config((32, 32, 32, 4, 1, 8, False))
 
@@ -514,7 +514,7 @@ def test_a_persistent_tma_tile_reads_only_arrays_the_tma_unit_takes(monkeypatch)
     """One column of D (a unit row stride) is no contiguous row: D is then stored without
     the TMA unit (a descriptor of its 2-byte rows raised); a column-major B goes through the
     TMA unit as its transpose, and so does one row of A."""
-    from multibackend.backends import triton as backend_module
+    from multibackend.backends.triton import backend as backend_module
 
     backend = backend_module.TritonBackend
     monkeypatch.setattr(backend, "_sm_count", lambda self, t: 4)

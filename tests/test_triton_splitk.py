@@ -23,10 +23,10 @@ import pytest
 import torch
 
 import multibackend as mb
-from multibackend import reference
-from multibackend.crosscheck import poison
-from multibackend.problem import synthetic
-from multibackend.request import matmul_call
+from multibackend.core.problem import synthetic
+from multibackend.io.request import matmul_call
+from multibackend.verify import reference
+from multibackend.verify.crosscheck import poison
 
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="interpreter tests run where there is no GPU")
@@ -141,7 +141,7 @@ def test_splitk_batched_with_a_broadcast_b(config):
 def test_splitk_with_c_in_16_byte_units_the_specialization_hides(config, c_kind):
     """N = 40 and C's rows 8 halves apart but not 16 (D_UNIT 8: N and the strides of C and
     D rounded down to it in the epilogue), or C's rows 1004 apart (no unit): exact."""
-    from multibackend.backends.triton import d_unit
+    from multibackend.backends.triton.backend import d_unit
 
     gen = torch.Generator().manual_seed(31)
     a, b = _ints((17, 130), gen), _ints((130, 40), gen)
@@ -167,7 +167,7 @@ def test_splitk_staged_misaligned_product(config):
 
 def _poison_scratch():
     """Fill every float32 scratch buffer the Triton backend keeps with NaN."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     kept = REGISTRY.get("triton")._scratch._given.values()
     assert kept
@@ -180,7 +180,7 @@ def test_splitk_never_reads_what_it_did_not_write(config):
     """The first pass (fused: each program) writes every element of the workspace it reads:
     the stream's scratch, full of NaN when the call comes, still gives the exact result,
     and the call after it finds the same scratch (none made per call)."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     gen = torch.Generator().manual_seed(25)
     a, b = _ints((2, 17, 130), gen), _ints((2, 130, 33), gen)
@@ -197,7 +197,7 @@ def test_stream_scratch_is_kept_per_stream_grows_by_doubling_and_is_left_unfille
     """One buffer per stream, returned again while large enough; a larger need doubles it
     (the outgrown one kept for graphs that address it), up to the cap, past which each
     launch gets its own; made with torch's deterministic NaN fill off, which is restored."""
-    from multibackend.backends.stream_buffers import StreamScratch
+    from multibackend.backends.triton.buffers import StreamScratch
 
     cpu, scratch = torch.device("cpu"), StreamScratch(keep_bytes=4 * 1000)
     first = scratch.get(cpu, 1, 100)
@@ -234,7 +234,7 @@ def test_tile_counters_give_each_stream_the_pool_chunks_it_needs_zeroed_once():
     chunks as its count needs, a larger share when it outgrows one (at least twice as large
     where the pool has that left; the old kept), returned again while large enough; only a
     need beyond what the pool has left is made on its own."""
-    from multibackend.backends.stream_buffers import TileCounters
+    from multibackend.backends.triton.buffers import TileCounters
 
     cpu, counters = torch.device("cpu"), TileCounters(chunk=100, chunks=12, dtype="float32")
     first = counters.get(cpu, 1, 60)
@@ -275,7 +275,7 @@ def test_splitk_is_deterministic(config):
     first = _splitk(a, b, out_dtype=torch.float32, config=config)
     second = _splitk(a, b, out_dtype=torch.float32, config=config)
     assert torch.equal(first, second)
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     counters = REGISTRY.get("triton")._counters._given.values()
     assert all(not t.any() for t in counters)
@@ -285,8 +285,8 @@ def test_splitk_is_deterministic(config):
 def test_splitk_refuses_a_product_it_cannot_accumulate():
     """A split-K Config handed in directly for int8 operands: an error naming the config
     and the rule, nothing launched."""
-    from multibackend.backends.base import Config
-    from multibackend.errors import InvalidArgument
+    from multibackend.core.config import Config
+    from multibackend.core.errors import InvalidArgument
 
     config = Config.of(CONFIG, kind="splitk", BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, SPLIT_K=3,
                        num_warps=4, num_stages=1)
@@ -319,7 +319,7 @@ def deterministic(request):
 
 def _left_at_zero() -> bool:
     """The Triton backend's tile counters and float32 sums are all zero."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     backend = REGISTRY.get("triton")
     held = [*backend._counters._given.values(), *backend._sums._given.values()]
@@ -327,7 +327,7 @@ def _left_at_zero() -> bool:
 
 
 def _tma_splitk_call(a, b, c=None, *, tile=TMA_TILE, **kw):
-    from multibackend.backends.triton import _tma_splitk_config
+    from multibackend.backends.triton.backend import _tma_splitk_config
 
     return _splitk(a, b, c, config=_tma_splitk_config(*tile), **kw)
 
@@ -388,7 +388,7 @@ def test_tma_splitk_paired_never_reads_what_it_did_not_write(deterministic):
     (3, True, "ordered"), (64, False, "atomic")])
 def test_tma_reduction_pairs_two_slices_and_sums_more_by_atomics_unless_deterministic(
         splits, deterministic_, want):
-    from multibackend.backends.triton import tma_reduction
+    from multibackend.backends.triton.backend import tma_reduction
 
     assert tma_reduction(splits, deterministic_) == want
 
@@ -426,7 +426,7 @@ def test_tma_splitk_on_operands_the_tma_unit_cannot_fetch_runs_the_pointer_kerne
 
 @interpreter_only
 def test_tma_splitk_refuses_to_split_a_tile_of_two_blocks():
-    from multibackend.errors import InvalidArgument
+    from multibackend.core.errors import InvalidArgument
 
     gen = torch.Generator().manual_seed(29)
     a, b = _ints((17, 256), gen), _ints((256, 72), gen)
@@ -436,7 +436,7 @@ def test_tma_splitk_refuses_to_split_a_tile_of_two_blocks():
 
 
 def test_width_blocks_are_a_power_of_two_and_a_smaller_one():
-    from multibackend.backends.triton import width_blocks
+    from multibackend.backends.triton.backend import width_blocks
 
     assert [width_blocks(w) for w in (64, 80, 96, 160, 192, 320)] == [
         (64, 0), (64, 16), (64, 32), (128, 32), (128, 64), (256, 64)]
@@ -446,7 +446,7 @@ def test_width_blocks_are_a_power_of_two_and_a_smaller_one():
 
 
 def _gpu_configs(monkeypatch, problem):
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # the configs of the GPU
     backend = REGISTRY.get("triton")
@@ -482,7 +482,7 @@ def test_fused_splitk_offered_first_and_only_for_few_slices(monkeypatch):
     """Every tile is offered fused (one kernel) first where it has at most FUSED_MAX_SPLITS
     slices, and with the two-kernel reduction after; a deep-K product of one or two tiles
     cut into more slices than that gets the two-kernel reduction only."""
-    from multibackend.backends.triton import FUSED_MAX_SPLITS
+    from multibackend.backends.triton.backend import FUSED_MAX_SPLITS
 
     _, offered = _gpu_configs(monkeypatch, synthetic(8, 4096, 4096))
     fused = [c for c in offered if c.get("FUSED")]
@@ -494,7 +494,7 @@ def test_fused_splitk_offered_first_and_only_for_few_slices(monkeypatch):
 
 
 def _tma_splitk(monkeypatch, problem):
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     backend = REGISTRY.get("triton")
@@ -512,8 +512,11 @@ def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, 
     the tiles and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
     import triton
 
-    from multibackend.backends.triton import (TMA_SPLITK_MAX_SPLITS, TMA_SPLITK_MIN_STEPS,
-                                              TMA_SPLITK_SHORTLIST)
+    from multibackend.backends.triton.backend import (
+        TMA_SPLITK_MAX_SPLITS,
+        TMA_SPLITK_MIN_STEPS,
+        TMA_SPLITK_SHORTLIST,
+    )
 
     m, n, k = shape
     problem = synthetic(m, n, k)
@@ -554,7 +557,7 @@ def test_tma_descriptor_of_one_row_or_column_gets_strides_the_unit_takes(shape, 
                                                                          want):
     """A single row's row stride and a single column's column stride are never used: the
     descriptor states ones the TMA unit accepts; any other stride is kept."""
-    from multibackend.backends.triton import _descriptor
+    from multibackend.backends.triton.backend import _descriptor
 
     base = torch.zeros(64 * 136, dtype=torch.float16)
     desc = _descriptor(base.as_strided(shape, strides), [16, 32])
@@ -563,7 +566,7 @@ def test_tma_descriptor_of_one_row_or_column_gets_strides_the_unit_takes(shape, 
 
 
 def test_tma_split_choice():
-    from multibackend.backends.triton import tma_split
+    from multibackend.backends.triton.backend import tma_split
 
     assert tma_split(64, 16) == 2  # 1x4096x4096 in 16x64x256 tiles: one wave
     assert tma_split(16, 32) == 8  # N = 1024 in 16x64 tiles
@@ -579,8 +582,12 @@ def test_tma_stages_fill_shared_memory_on_one_wave_only():
     """One wave of programs: the deepest pipeline TMA_SPLITK_SMEM holds (at most
     TMA_SPLITK_MAX_STAGES); a larger grid: TMA_SPLITK_WAVES_STAGES, fewer where they do not
     fit; never under two."""
-    from multibackend.backends.triton import (TMA_SPLITK_MAX_STAGES, TMA_SPLITK_SMEM,
-                                              TMA_SPLITK_WAVES_STAGES, tma_stages)
+    from multibackend.backends.triton.backend import (
+        TMA_SPLITK_MAX_STAGES,
+        TMA_SPLITK_SMEM,
+        TMA_SPLITK_WAVES_STAGES,
+        tma_stages,
+    )
 
     assert tma_stages(64, 64, 128, 128) == 7  # 32 KB a stage
     assert tma_stages(128, 128, 64, 132) == 7
@@ -638,7 +645,7 @@ def test_tma_splitk_offers_two_block_tiles_only_for_a_fuller_single_wave(monkeyp
     well (512x4096 in 128 tiles of 128x128), or none fits one, it is not."""
     import triton
 
-    from multibackend.backends.triton import width_blocks
+    from multibackend.backends.triton.backend import width_blocks
 
     m, n, _ = shape
     _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
@@ -662,7 +669,7 @@ def test_tma_splitk_offers_a_split_tile_unsplit_where_it_fills_a_quarter_wave(mo
     with fewer tiles only split."""
     import triton
 
-    from multibackend.backends.triton import TMA_SPLITK_UNSPLIT_WAVE
+    from multibackend.backends.triton.backend import TMA_SPLITK_UNSPLIT_WAVE
 
     m, n, _ = shape
     _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
@@ -682,8 +689,7 @@ def test_tma_splitk_tiles_at_their_deepest_fit_an_h100():
     """Every tile the TMA split-K candidates use, at the deepest pipeline
     :func:`tma_stages` gives it, compiles for sm_90 within an H100's shared memory: wgmma
     for 64 rows and more, mma.sync for fewer."""
-    from multibackend.backends.triton import (TMA_SPLITK_NARROW, TMA_SPLITK_WIDE,
-                                              tma_stages)
+    from multibackend.backends.triton.backend import TMA_SPLITK_NARROW, TMA_SPLITK_WIDE, tma_stages
 
     tiles = [(bm, bn, bk, warps) for bm in (16, 32, 64) for bn, bk, warps in TMA_SPLITK_NARROW]
     tiles += list(TMA_SPLITK_WIDE)
@@ -703,7 +709,7 @@ def test_splitk_fills_the_multiprocessors_for_a_decode_product(monkeypatch):
     slice at least SPLITK_MIN_STEPS BLOCK_K steps long, and no slice empty."""
     import triton
 
-    from multibackend.backends.triton import SPLITK_MIN_STEPS
+    from multibackend.backends.triton.backend import SPLITK_MIN_STEPS
 
     _, offered = _gpu_configs(monkeypatch, synthetic(1, 4096, 4096))
     assert offered
@@ -716,7 +722,7 @@ def test_splitk_fills_the_multiprocessors_for_a_decode_product(monkeypatch):
 
 
 def test_split_k_choice():
-    from multibackend.backends.triton import split_k
+    from multibackend.backends.triton.backend import split_k
 
     assert split_k(128, 32) == 2  # 2048^3 in 128x256 tiles: two waves of 16-step slices
     assert split_k(32, 16) == 4  # 1024^3 in 128x256 tiles: K allows 4 slices of 4 steps
@@ -739,7 +745,7 @@ class _RecordingLauncher:
     def kept(self, key):
         if key not in self.keys:
             return None
-        from multibackend.backends.triton_launch import Kept
+        from multibackend.backends.triton.launch import Kept
 
         return Kept(lambda *args, stream: self.launches.append((self.name, args[:-1], stream)),
                     ("TAIL",), None, (1, 1, 1))
@@ -747,7 +753,7 @@ class _RecordingLauncher:
 
 @pytest.mark.parametrize("with_c", [False, True])
 def test_bound_splitk_launch_passes_what_run_passes(monkeypatch, with_c):
-    from multibackend.backends.triton import TritonBackend
+    from multibackend.backends.triton.backend import TritonBackend
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     backend = TritonBackend()
@@ -842,8 +848,8 @@ def test_epilogue_unit_only_where_d_comes_in_16_bytes_that_specialization_hides(
     """D_UNIT: 16 bytes of D where N, D's base and strides come in whole 16 bytes and
     Triton's specialization (by 16) does not show it; 1 where it does (N = 1024), where a
     row stride is off the unit (1004) and for a column-major D."""
-    from multibackend.backends.triton import d_unit
-    from multibackend.request import matmul_call
+    from multibackend.backends.triton.backend import d_unit
+    from multibackend.io.request import matmul_call
 
     a, b = torch.ones((24, 32), dtype=dtype), torch.ones((32, n), dtype=dtype)
     if view == "col":
@@ -861,8 +867,8 @@ def test_epilogue_unit_with_c_only_where_c_comes_in_the_same_units(c_view, want)
     """With a C, D_UNIT rounds C's row and batch strides too: given only where they are
     whole units as well and C's base is 16-byte aligned (a bias broadcast over the rows,
     row stride 0, is); else 1."""
-    from multibackend.backends.triton import d_unit
-    from multibackend.request import matmul_call
+    from multibackend.backends.triton.backend import d_unit
+    from multibackend.io.request import matmul_call
 
     a, b = torch.ones((24, 32), dtype=torch.float16), torch.ones((32, 1000),
                                                                   dtype=torch.float16)
@@ -936,7 +942,7 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     from triton.backends.compiler import GPUTarget
     from triton_aot import TYPES, _signature
 
-    from multibackend.backends import triton_kernels as kernels
+    from multibackend.backends.triton import kernels
 
     bm, bn, bk, warps, stages = tile
     e = TYPES[dtype]
@@ -945,7 +951,7 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False,
                    WIDE_K=False, A_UNIT=1, A_COL=False, B_UNIT=1, B_COL=False)
     if kind.startswith("tma"):
-        from multibackend.backends.triton import width_blocks
+        from multibackend.backends.triton.backend import width_blocks
 
         fn = kernels.matmul_tma_splitk_kernel
         block, extra = width_blocks(bn)

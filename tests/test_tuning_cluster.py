@@ -1,4 +1,4 @@
-"""CPU tier of tuning spread over Dask workers (:mod:`multibackend.cluster`): a real
+"""CPU tier of tuning spread over Dask workers (:mod:`multibackend.tuning.cluster`): a real
 ``distributed.LocalCluster`` of two worker processes runs the tuner's problems (simulated
 backends behind a stand-in for the public call, scripted timings, each worker's own tuner
 process) while one worker is killed mid-run, and every candidate is still accounted for, with
@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from multibackend import cli, tuner, tuning
-from multibackend.errors import InvalidArgument
 from test_tuning import FakeRegistry, ScriptedBackend, ScriptedTimer, tune_fake
+
+from multibackend import cli
+from multibackend.choose import tables
+from multibackend.core.errors import InvalidArgument
+from multibackend.tuning import runner, tuner
 
 distributed = pytest.importorskip("distributed", reason="Dask is the cluster extra: "
                                                         "pip install 'multibackend[cluster]'")
@@ -191,7 +193,7 @@ def test_gpus_starts_one_worker_pinned_to_each_gpu(single, tmp_path):
 
 
 def test_workers_of_another_environment_are_refused():
-    from multibackend.cluster import common_environment
+    from multibackend.tuning.cluster import common_environment
 
     h200 = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "580.1", "triton": "3.6.0"}
     same = {"tcp://a:1": h200, "tcp://b:1": dict(h200)}
@@ -216,11 +218,11 @@ def test_tables_of_several_runs_on_one_gpu_model_merge(single, killed):
     first = {**single, "entries": {ms[m]: single["entries"][ms[m]] for m, _, _ in SHAPES[:3]}}
     second = {**cluster_table, "entries": {ms[m]: cluster_table["entries"][ms[m]]
                                            for m, _, _ in SHAPES[3:]}}
-    merged = tuning.merge(first, second)
+    merged = tables.merge(first, second)
     assert comparable(merged) == comparable(single)
     other = {**second, "environment": {**second["environment"], "gpu": "NVIDIA H100"}}
     with pytest.raises(InvalidArgument, match="different environments.*gpu"):
-        tuning.merge(first, other)
+        tables.merge(first, other)
 
 
 @pytest.mark.parametrize("gpus, scheduler, message", [
@@ -255,7 +257,7 @@ def test_the_cli_passes_gpus_and_scheduler(monkeypatch, tmp_path, capsys):
 
     def recording(shapes, **kwargs):
         seen.append((kwargs["gpus"], kwargs["scheduler"]))
-        return tuning.new_table({})
+        return tables.new_table({})
 
     monkeypatch.setattr(tuner, "tune", recording)
     out = str(tmp_path / "t.json")
@@ -307,15 +309,15 @@ def test_without_dask_nothing_imports_it_and_one_process_tunes():
 
 
 def test_a_problem_whose_candidates_all_failed_is_named_in_the_summary():
-    from multibackend.tuner_worker import Item, Spec
-    from multibackend.suites import Shape
+    from multibackend.tuning.suites import Shape
+    from multibackend.tuning.worker import Item, Spec
 
-    plan = tuner._Plan({0: Spec(Shape(1, 16, 8, 8), "float16"),
+    plan = runner.Plan({0: Spec(Shape(1, 16, 8, 8), "float16"),
                         1: Spec(Shape(1, 17, 8, 8), "float16")},
                        [Item(0, 0, "cublas", {"name": "default"}),
                         Item(1, 1, "cublas", {"name": "default"}),
                         Item(2, 1, "fast", {"name": "default"})])
-    results = tuner._Results({0: (1.0, None), 1: (None, "lost: the problem failed on every "
+    results = runner.Results({0: (1.0, None), 1: (None, "lost: the problem failed on every "
                                                        "Dask worker it went to: KilledWorker"),
                               2: (None, "wrong: rel err 1")})
     assert tuner._without_entry(plan, results) == [
@@ -369,16 +371,16 @@ def test_the_benchmark_counts_differing_winners_beyond_the_spread_as_disagreemen
 def test_the_benchmark_times_a_warmup_one_gpu_and_all_gpus_and_writes_its_verdict(
         monkeypatch, tmp_path):
     script = benchmark_script()
-    import multibackend.tuner
+    import multibackend.tuning.tuner
 
-    monkeypatch.setattr(multibackend.tuner, "visible_gpus", lambda: ["0", "1"])
+    monkeypatch.setattr(multibackend.tuning.tuner, "visible_gpus", lambda: ["0", "1"])
     commands = []
     entries = {"p": bench_entry("cublas:default", 0.01, {"cublas:default": 1.0})}
 
     def fake_run(command, stdout, stderr, timeout):
         commands.append(command)
         out = Path(command[command.index("--out") + 1])
-        table = {**tuning.new_table(entries), "environment": {"gpu": "NVIDIA H200"}}
+        table = {**tables.new_table(entries), "environment": {"gpu": "NVIDIA H200"}}
         for entry in table["entries"].values():
             entry["dropped"] = {}
         out.write_text(json.dumps(table))

@@ -15,10 +15,10 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
-from multibackend.backends import triton_kernels as kernels
-from multibackend.backends.base import Config
-from multibackend.backends.triton import TMA_TILES, _tile_constexprs, d_by_tma
-from multibackend.problem import synthetic
+from multibackend.backends.triton import kernels
+from multibackend.backends.triton.backend import TMA_TILES, _tile_constexprs, d_by_tma
+from multibackend.core.config import Config
+from multibackend.core.problem import synthetic
 
 TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -113,7 +113,7 @@ def compile_tma(dtype: str, d_tma: bool = True, tile: tuple = TMA_TILES[0],
 
 def tma_tiles_shared(dtype: str) -> dict:
     """Each TMA tile's shared memory in bytes, without C and with it, D aligned: the epilogue
-    :func:`~multibackend.backends.triton.d_by_tma` picks for each."""
+    :func:`~multibackend.backends.triton.backend.d_by_tma` picks for each."""
     return {"shared_by_tile": {
         "x".join(map(str, tile)): [compile_tma(dtype, d_by_tma(True, has_c), tile,
                                                has_c).metadata.shared

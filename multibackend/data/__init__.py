@@ -1,2 +1,2 @@
 """Data shipped with multibackend: the calibration tables of untuned ``auto``
-(:mod:`multibackend.calibration`)."""
+(:mod:`multibackend.choose.calibration`)."""

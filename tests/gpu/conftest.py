@@ -37,7 +37,7 @@ PREBUILD_LOG = "prebuild.log"
 #: the child process: reads [[source, arch, name], ...] on stdin and builds them
 BUILDER = """
 import json, sys, time
-from multibackend import cutlass_build
+from multibackend.backends.cutlass import build as cutlass_build
 jobs = [tuple(job) for job in json.load(sys.stdin)]
 start = time.monotonic()
 workers = cutlass_build.default_workers()
@@ -63,7 +63,7 @@ def _cutlass_ready() -> bool:
 
         if not torch.cuda.is_available():
             return False
-        from multibackend.registry import REGISTRY
+        from multibackend.choose.registry import REGISTRY
 
         return REGISTRY.availability("cutlass") is None
     except Exception:  # noqa: BLE001 - no GPU or no CUTLASS: its tests say why themselves
@@ -71,7 +71,7 @@ def _cutlass_ready() -> bool:
 
 
 def _lock_path() -> Path:
-    from multibackend import cache
+    from multibackend.gpu import cache
 
     return cache.cache_dir("cutlass") / PREBUILD_LOCK
 
@@ -88,8 +88,9 @@ def pytest_collection_finish(session):
     selected = [item for item in session.items if item.get_closest_marker("cutlass")]
     if not selected or not _cutlass_ready():
         return
-    from multibackend import cutlass_emit, staging
-    from multibackend.backends import cutlass as backend_module
+    from multibackend.backends.cutlass import backend as backend_module
+    from multibackend.backends.cutlass import emit as cutlass_emit
+    from multibackend.gpu import staging
 
     sources: dict = {}  # candidate -> its source (candidates are shared between problems)
     unique: dict[tuple[str, str], str] = {}
@@ -171,7 +172,7 @@ def cutlass_kernels(request):
     if not jobs:
         return
     _wait_for_prebuild()
-    from multibackend import cutlass_build
+    from multibackend.backends.cutlass import build as cutlass_build
 
     results = cutlass_build.build_many(jobs)
     failed = [r for r in results if isinstance(r, Exception)]

@@ -8,9 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import fastcall, reference  # noqa: E402
-from multibackend.registry import REGISTRY  # noqa: E402
-from multibackend.request import matmul_call  # noqa: E402
+from multibackend.choose.registry import REGISTRY
+from multibackend.io.request import matmul_call
+from multibackend.run import fastcall
+from multibackend.verify import reference
 from tests.helpers import record_torchs_linear  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -108,7 +109,7 @@ def cutlass_jobs(item):
     tier's conftest builds it before the tests start): the captured call's default kernel."""
     if item.originalname != "test_every_backend_is_captured_after_its_first_call":
         return []
-    from multibackend.problem import synthetic
+    from multibackend.core.problem import synthetic
 
     backend = REGISTRY.get("cutlass")
     problem = synthetic(*CAPTURE_SHAPE, "float16", has_c=True,
@@ -134,7 +135,8 @@ def test_untuned_auto_takes_torch_unless_measured_otherwise():
 
 
 def test_first_call_autotune_persists_and_is_reused(tmp_path, monkeypatch):
-    from multibackend import autotune, plans
+    from multibackend.choose import store as autotune
+    from multibackend.run import plans
 
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STORE", autotune.Store())
@@ -160,8 +162,9 @@ def test_first_call_autotune_of_a_dot_drops_a_candidate_that_writes_nothing(tmp_
     """A dot takes no ``out``: its candidates are checked in the call's own result, poisoned,
     so one that writes nothing fails there, where in fresh memory it could pass on the right
     answer an earlier candidate left in it."""
-    from multibackend import autotune, plans
-    from multibackend.request import dot_call
+    from multibackend.choose import store as autotune
+    from multibackend.io.request import dot_call
+    from multibackend.run import plans
 
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STORE", autotune.Store())
@@ -187,10 +190,11 @@ def test_first_call_autotune_of_a_dot_drops_a_candidate_that_writes_nothing(tmp_
 def test_a_shape_past_its_familys_bounds_is_served_by_the_compiled_front(monkeypatch):
     """A plain call whose shape lies past its family's bounds gets an exact plan in the
     compiled front (where it is built): repeated, it costs what a family-served call does."""
-    from multibackend import api, plans
+    from multibackend import eager
+    from multibackend.run import plans
 
     plans.forget()
-    monkeypatch.setattr(api, "shape_free", lambda *args: (1, 1, 1, 1, 1))  # holds for none
+    monkeypatch.setattr(eager, "shape_free", lambda *args: (1, 1, 1, 1, 1))  # holds for none
     a, b = _rand((512, 256), seed=35), _rand((256, 384), seed=36)
     first = mb.matmul(a, b)
     assert plans._FAMILIES, "the family was remembered, with its bounds"
@@ -211,7 +215,8 @@ def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_fr
     """After the first (measuring) call, an autotuned call whose winner is torch's op (made
     the winner here, whatever the timings) is made by the compiled front (where it is built),
     exactly as the Python path would make it."""
-    from multibackend import autotune, plans
+    from multibackend.choose import store as autotune
+    from multibackend.run import plans
 
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STORE", autotune.Store())
@@ -241,7 +246,9 @@ def test_first_call_autotune_times_the_backends_through_the_compiled_front(tmp_p
     """The first autotuned call times each backend by the plain call it runs once chosen, so
     (where the front is built) all but each backend's first two timed runs are launched by the
     compiled front: eager figures hold the host time the chosen backend's calls will have."""
-    from multibackend import autotune, plans
+    from multibackend import first_call
+    from multibackend.choose import store as autotune
+    from multibackend.run import plans
 
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STORE", autotune.Store())
@@ -254,13 +261,13 @@ def test_first_call_autotune_times_the_backends_through_the_compiled_front(tmp_p
     mb.matmul(a, b, autotune="eager")
     timed = mb.explain(a, b, autotune="eager")
     assert timed.rule == "autotune" and timed.backend is not None
-    assert compiled.stats()[2] - served >= autotune.REPS, "the timed runs took the Python path"
+    assert compiled.stats()[2] - served >= first_call.REPS, "the timed runs took the Python path"
 
 
 @pytest.mark.parametrize("kind", ["torch", "cupy"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
 def test_shape_free_plans_serve_every_shape_and_word_errors_as_ours(kind, dtype):
-    from multibackend import plans
+    from multibackend.run import plans
 
     if kind == "cupy":
         cupy = pytest.importorskip("cupy")
@@ -290,7 +297,7 @@ def test_repeated_plain_calls_take_the_shortest_path(backend):
     """A repeated plain call (A and B, at most ``backend``) is made by its family plan,
     torch's own op, straight from :func:`multibackend.matmul`; host tensors and calls with
     other keywords never are."""
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     a, b = _rand((96, 256), seed=61), _rand((256, 80), seed=62)
@@ -315,7 +322,7 @@ def test_repeated_plain_calls_take_the_shortest_path(backend):
 def test_a_bias_broadcast_over_rows_goes_to_addmm_as_a_vector(monkeypatch):
     """C broadcast over the rows (a Linear's bias) reaches cuBLAS as the bias vector, the
     form its fused-bias epilogue takes, in every remembered call; a full C as itself."""
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     a, b, bias = _rand((200, 64), seed=63), _rand((64, 96), seed=64), _rand((96,), seed=65)
@@ -342,7 +349,7 @@ def test_repeated_calls_with_a_bias_take_the_shortest_path():
     """A repeated call with C and no other keyword is made by its family plan too, for every
     M (a bias broadcast over the rows keys no shape); a C that is not D's shape still gets
     matmul's error, never torch's broadcast."""
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     b, bias = _rand((128, 96), seed=71), _rand((96,), seed=72)
@@ -365,7 +372,7 @@ def test_repeated_linear_calls_are_torchs_linear(monkeypatch, bias):
     ``linear`` (one call, no views), with the planned call's result bit for bit; a layer
     named to another backend never is; a wrong input still gets matmul's error."""
     from multibackend import nn as mb_nn
-    from multibackend import plans
+    from multibackend.run import plans
 
     plans.forget()
     linear = mb_nn._F_LINEAR

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend.backends.base import Config  # noqa: E402
-from multibackend.errors import InvalidArgument  # noqa: E402
+from multibackend.core.config import Config
+from multibackend.core.errors import InvalidArgument
 from tests.helpers import DLPackOnly  # noqa: E402
 
 pytestmark = pytest.mark.gpu

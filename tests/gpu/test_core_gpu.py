@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import reference  # noqa: E402
-from multibackend.crosscheck import crosscheck_call, poison  # noqa: E402
-from multibackend.request import matmul_call  # noqa: E402
+from multibackend.io.request import matmul_call
+from multibackend.verify import reference
+from multibackend.verify.crosscheck import crosscheck_call, poison
 
 pytestmark = pytest.mark.gpu
 
@@ -22,7 +22,7 @@ DTYPES = [("float16", {}), ("bfloat16", {}), ("float32", {"precision": "ieee"}),
 
 
 def _rand(shape, dtype, gen, layout="row"):
-    from multibackend import dtypes
+    from multibackend.core import dtypes
 
     tdtype = dtypes.torch_dtype(dtype)
     if layout == "col":
@@ -36,8 +36,8 @@ def _rand(shape, dtype, gen, layout="row"):
 
 
 def _check(call, backend="triton", config=None):
-    from multibackend.api import execute
-    from multibackend.dispatch import decide
+    from multibackend.choose.dispatch import decide
+    from multibackend.run.execute import execute
 
     poison(call.operands.d)
     execute(call, decide(call.problem, backend, config))
@@ -61,14 +61,14 @@ def test_triton_every_dtype_and_layout(dtype, kw, a_layout, b_layout):
 
 
 def _first_fixed_config(call):
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     return [c for c in REGISTRY.get("triton").configs(call.problem) if c.name != "autotune"][0]
 
 
 @pytest.mark.parametrize("config_index", range(7))
 def test_triton_every_tile_f16(config_index):
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     gen = torch.Generator().manual_seed(config_index)
     a = _rand((1000, 777), "float16", gen)
@@ -84,7 +84,7 @@ def test_triton_tma_tiles_relaunched_with_new_operands_are_exact(b_layout):
     call through the kept launcher), with and without alpha, beta and C, D on and off the
     16-byte grid (rows of 264 halves: whole 16 bytes that Triton's specialization does not
     show, stored 16 bytes at a time with C): exact against float64."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     gen = torch.Generator(device="cuda").manual_seed(7)
 
@@ -128,7 +128,7 @@ def test_repeated_calls_through_plans_and_kept_kernels(backend):
     """Calls after the first reuse the remembered plan and (Triton) the kept compiled kernel:
     new data, a C operand, a D that is off the 16-byte grid, and another stream each give the
     reference's answer, on outputs poisoned before every call."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     if REGISTRY.availability(backend) is not None:
         pytest.skip(f"{backend}: {REGISTRY.availability(backend).message}")
@@ -165,8 +165,8 @@ def cutlass_jobs(item):
     without and with C, into a D on the 16-byte grid and into one 2 bytes past it."""
     if item.originalname != "test_repeated_calls_through_plans_and_kept_kernels":
         return []
-    from multibackend.problem import synthetic
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic
 
     backend = REGISTRY.get("cutlass")
     cc = torch.cuda.get_device_capability()
@@ -236,12 +236,12 @@ def test_nan_inf_propagate():
 def test_triton_dot(dtype, n):
     gen = torch.Generator().manual_seed(n)
     x, y = _rand((n,), dtype, gen), _rand((n,), dtype, gen)
-    from multibackend.request import dot_call
+    from multibackend.io.request import dot_call
 
     call = dot_call(x, y)
     poison(call.operands.d)
-    from multibackend.api import execute
-    from multibackend.dispatch import decide
+    from multibackend.choose.dispatch import decide
+    from multibackend.run.execute import execute
 
     execute(call, decide(call.problem, "triton"))
     cmp = reference.compare(call.problem, call.operands.d, reference.reference_dot(x, y))

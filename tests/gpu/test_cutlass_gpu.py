@@ -23,10 +23,11 @@ pytestmark = [pytest.mark.gpu, pytest.mark.cutlass]
 torch = pytest.importorskip("torch")
 pytest.importorskip("cutlass_library")
 
-from multibackend import dtypes, reference  # noqa: E402
-from multibackend.backends import cutlass as backend_module  # noqa: E402
-from multibackend.backends.base import Config, Operands  # noqa: E402
-from multibackend.problem import Problem, folded_batch, make_operand, synthetic  # noqa: E402
+from multibackend.backends.cutlass import backend as backend_module
+from multibackend.core import dtypes
+from multibackend.core.config import Config, Operands
+from multibackend.core.problem import Problem, folded_batch, make_operand, synthetic
+from multibackend.verify import reference
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
 BACKEND = backend_module.create()
@@ -399,8 +400,8 @@ def test_rows_on_the_grid_with_a_ragged_k_run_exactly():
     kernel of smaller alignment (the TMA kernel refused it at run time), and no staged config
     is offered for it, nor for a contiguous K = 4095 whose D is on the grid."""
     import multibackend as mb
-    from multibackend import staging
-    from multibackend.request import matmul_call
+    from multibackend.gpu import staging
+    from multibackend.io.request import matmul_call
 
     gen = torch.Generator().manual_seed(11)
     wide = random_tensor((200, 4096), torch.float16, "cuda", generator=gen, small_int=True)

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import torch_op  # noqa: E402
+from multibackend.integrations import torch_op
 
 pytestmark = pytest.mark.gpu
 

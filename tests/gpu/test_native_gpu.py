@@ -13,9 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import fastcall, plans, reference  # noqa: E402
-from multibackend.registry import REGISTRY  # noqa: E402
-from multibackend.request import matmul_call  # noqa: E402
+from multibackend.choose.registry import REGISTRY
+from multibackend.io.request import matmul_call
+from multibackend.run import fastcall, plans
+from multibackend.verify import reference
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(fastcall.compiler() is None, reason="no C++ compiler")]
@@ -211,7 +212,7 @@ def test_a_repeated_tma_raw_wmma_call_is_launched_by_the_front():
     """x @ W.T on sm_90a takes the TMA-fed kernel: from the third call on the front launches it,
     replacing its tensor maps' addresses with the operands' (other operands, a side stream, a
     graph whose capture holds the maps of the captured operands)."""
-    from multibackend.backends import raw_wmma as rw
+    from multibackend.backends.raw_wmma import backend as rw
 
     _available("raw_wmma")
     if torch.cuda.get_device_capability() != rw.WGMMA_CC:
@@ -255,7 +256,7 @@ TRITON_TMA = {"unsplit": ("tma_splitk", (64, 128, 64, 1, 4, 4)),
 
 
 def _triton_tma_config(name):
-    from multibackend.backends import triton as tb
+    from multibackend.backends.triton import backend as tb
 
     kind, tile = TRITON_TMA[name]
     return tb._tma_splitk_config(*tile) if kind == "tma_splitk" else tb._tma_config(tile)
@@ -265,8 +266,8 @@ def _tma_handed_over(config, a, b):
     """D of ``config`` run by the Python path on (A, B), after which the backend's description
     of that launch is handed to the front for calls ``matmul(A', B', backend="triton")`` with
     A' and B' laid out as A and B (None where it describes none)."""
-    from multibackend import plans
-    from multibackend.backends.base import Operands
+    from multibackend.core.config import Operands
+    from multibackend.run import plans
 
     backend = REGISTRY.get("triton")
     problem = matmul_call(a, b, None).problem
@@ -526,7 +527,7 @@ def test_a_repeated_dot_on_cupy_arrays_is_launched_by_the_front(backend):
 def test_cublas_for_cupy_matrices_is_cupy_matmuls_own_gemm(dtype, layouts):
     cupy = pytest.importorskip("cupy")
     _available("cublas")
-    from multibackend.backends import cublas_cupy
+    from multibackend.backends.cublas import cupy_gemm as cublas_cupy
 
     m, n, k = 67, 45, 131
     a = cupy.asarray(_rand((k, m) if layouts[0] == "t" else (m, k), getattr(torch, dtype), 41))

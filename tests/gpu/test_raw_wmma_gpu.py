@@ -21,10 +21,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
 
 import multibackend  # noqa: E402
-from multibackend import cache, nvrtc, packing, reference  # noqa: E402
-from multibackend.backends import raw_wmma as rw  # noqa: E402
-from multibackend.problem import synthetic, synthetic_dot  # noqa: E402
-from multibackend.raw_wmma import SOURCE_DIR  # noqa: E402
+from multibackend.backends.raw_wmma import backend as rw
+from multibackend.core import packing
+from multibackend.core.problem import synthetic, synthetic_dot
+from multibackend.gpu import cache, nvrtc
+from multibackend.raw_wmma import SOURCE_DIR
+from multibackend.verify import reference
 from tests.helpers import poisoned, random_tensor  # noqa: E402
 
 BACKEND = rw.create()
@@ -340,9 +342,9 @@ def _b1_operands(m, n, kbytes, batch, gen):
 
 @pytest.mark.parametrize("config", [*rw.MMA_TILES["b1and"], *rw.WGMMA_TILES, *rw.TMA_TILES])
 def test_ptx_b1_kernel_exact_with_and_without_c(config):
-    from multibackend.api import execute
-    from multibackend.dispatch import decide
-    from multibackend.request import matmul_call
+    from multibackend.choose.dispatch import decide
+    from multibackend.io.request import matmul_call
+    from multibackend.run.execute import execute
 
     if (config in rw.WGMMA_TILES or config in rw.TMA_TILES) and _cc() != rw.WGMMA_CC:
         pytest.skip("wgmma needs sm_90a")
@@ -373,7 +375,7 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
 def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     """Aligned AND products default to the K-major kernel (TMA-fed wgmma on sm_90a), exact,
     and its paired stores are not taken for a D that is not 8-byte aligned."""
-    from multibackend.request import matmul_call
+    from multibackend.io.request import matmul_call
 
     gen = torch.Generator().manual_seed(11)
     a, b = _b1_operands(200, 300, 512, 1, gen)

@@ -31,8 +31,8 @@ def _ints(shape, gen):
 
 
 def _splitk_configs(a, b):
-    from multibackend.registry import REGISTRY
-    from multibackend.request import matmul_call
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.io.request import matmul_call
 
     offered = [c for c in REGISTRY.get("triton").configs(matmul_call(a, b).problem)
                if c.get("kind") in ("splitk", "tma_splitk")]
@@ -129,8 +129,8 @@ def test_tma_splitk_in_two_slices_gives_the_same_bits_every_run(shape, tile):
     """Two slices paired (the first shorter), deterministic algorithms off: every call and
     every replay of a graph the same bits on random operands, within float32's bound for a
     K-long sum of the float64 product (K * 2^-24 * (|A| @ |B|)), counters left at zero."""
-    from multibackend.backends.triton import _tma_splitk_config
-    from multibackend.registry import REGISTRY
+    from multibackend.backends.triton.backend import _tma_splitk_config
+    from multibackend.choose.registry import REGISTRY
 
     m, n, k = shape
     gen = torch.Generator(device="cuda").manual_seed(9)
@@ -151,7 +151,7 @@ def test_tma_splitk_atomic_sums_vary_only_within_float32_rounding(shape):
     """Slices added by atomics in the order they arrive: each result, graph replays too,
     within float32's rounding of the slice-order sum: |D - D_ordered| at most
     4 * slices * 2^-24 * (|A| @ |B|), with the float32 sums left at zero."""
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     m, n, k = shape
     gen = torch.Generator(device="cuda").manual_seed(4)
@@ -175,7 +175,7 @@ def test_tma_splitk_atomic_sums_vary_only_within_float32_rounding(shape):
 
 
 def test_fused_splitk_counters_per_stream_zero_and_exact_on_two_streams_at_once():
-    from multibackend.registry import REGISTRY
+    from multibackend.choose.registry import REGISTRY
 
     gen = torch.Generator(device="cuda").manual_seed(5)
     m, n, k = 5, 4096, 4096
@@ -226,9 +226,9 @@ def test_tma_splitk_graph_on_a_new_stream_takes_sums_spanning_chunks_from_the_po
     from the pool, already zero (a buffer of the stream's own would be zeroed by a memset
     node replayed with the graph on every run); its replays stay exact and leave the sums at
     zero."""
-    from multibackend.backends import triton as triton_module
-    from multibackend.backends.stream_buffers import TileCounters
-    from multibackend.registry import REGISTRY
+    from multibackend.backends.triton import backend as triton_module
+    from multibackend.backends.triton.buffers import TileCounters
+    from multibackend.choose.registry import REGISTRY
 
     backend = REGISTRY.get("triton")
     sums = TileCounters(triton_module.SUMS_CHUNK, triton_module.SUMS_CHUNKS, "float32")

@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import multibackend as mb  # noqa: E402
-from multibackend import staging  # noqa: E402
-from multibackend.problem import Problem  # noqa: E402
-from multibackend.backends.base import Config  # noqa: E402
-from multibackend.registry import REGISTRY  # noqa: E402
-from multibackend.request import matmul_call  # noqa: E402
+from multibackend.choose.registry import REGISTRY
+from multibackend.core.config import Config
+from multibackend.core.problem import Problem
+from multibackend.gpu import staging
+from multibackend.io.request import matmul_call
 
 pytestmark = pytest.mark.gpu
 

@@ -1,0 +1,1 @@
+"""cuBLAS as torch calls it (and as CuPy callers reach it): the baseline backend."""

@@ -1,0 +1,1 @@
+"""multibackend inside other frameworks: the registered torch operator."""

@@ -1,0 +1,201 @@
+"""The compiled front of a repeated plain ``matmul`` on torch tensors (``fastcall.cpp``).
+
+A repeated ``matmul(A, B)`` whose family plan is torch's own op (:mod:`multibackend.run.plans`)
+cost, in Python, about a microsecond more host time than ``torch.matmul``: each read of a
+tensor's dtype, rank, device or size from Python goes through torch's attribute machinery, the
+key is built and hashed, and ``torch.mm`` then parses its arguments again. On a host-bound
+problem that is several percent of the call. The extension reads those from the C++ tensor,
+finds the family among those :mod:`~multibackend.run.plans` remembered, and calls ``at::mm`` or
+``at::matmul`` (the ops ``torch.mm`` and ``torch.matmul`` run) with no Python argument parsing,
+so the call costs about what torch's own does. Where the plan is a kernel of ours (raw WMMA,
+Triton's pointer kernels, CUTLASS), the backend describes its launch once
+(:mod:`multibackend.gpu.native`) and the front allocates D with ``at::empty`` and launches it on
+torch's current stream itself: ``cuLaunchKernel`` from a parameter buffer made once, with only
+the pointers written per call, or the kernel library's ``mb_gemm``. A repeated call naming a
+backend and one of its configs (``matmul(A, B, backend=name, config=c)``, as the tuner times
+its candidates) is served the same way, so that a config's eager timing is the one a call
+planned from a tuning table sees. Each of these calls may also give ``out=D`` where D is what
+the plan would allocate (a plain torch tensor of D's dtype, sizes and device, row-major
+contiguous, 16-byte aligned, sharing no byte with A or B): the same plan then writes D, with
+``at::mm_out`` or the kernels' launches, and the call answers D; the same holds for a CuPy
+``out`` where the plan of CuPy arrays is one of launches. The same holds for a repeated ``dot`` of our kernels, and
+for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty``), whose
+cuBLAS products it launches as ``cublasGemmEx`` itself.
+
+It is built against the installed torch, on first use, with the C++ compiler (``$CXX``, else
+``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location and
+Python's version; concurrent processes build it once (a lock), and the library is written
+atomically. A failed build is recorded beside it with the compiler's output and not retried
+for that key with that compiler (:func:`status` says why); an unusable cache directory leaves
+the front off. ``MULTIBACKEND_FASTCALL=0``, set before the first
+``matmul`` of torch tensors (which picks the front), turns it off. Without it every call takes
+the Python path, which gives the same results. Unlike torch's bindings, the front keeps the GIL
+through the op (see ``run`` in the source).
+"""
+from __future__ import annotations
+
+import fcntl
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+from multibackend.core.errors import CacheUnusable
+from multibackend.core.names import ENV_FASTCALL
+from multibackend.gpu import cache
+
+#: "0" turns the compiled front off (the Python path serves every call)
+ENV = ENV_FASTCALL
+SOURCE = Path(__file__).with_name("fastcall.cpp")
+#: seconds a build may take
+BUILD_TIMEOUT_S = 600
+
+_loaded: dict[str, ModuleType | None] = {}
+_reason: dict[str, str] = {}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1") != "0"
+
+
+def compiler() -> str | None:
+    """The C++ compiler: ``$CXX``, else ``c++`` or ``g++`` on PATH."""
+    named = os.environ.get("CXX")
+    if named:
+        return shutil.which(named) or named
+    return shutil.which("c++") or shutil.which("g++")
+
+
+def _torch_dirs() -> tuple[Path, Path]:
+    """torch's include and library directories."""
+    import torch
+
+    root = Path(torch.__file__).resolve().parent
+    return root / "include", root / "lib"
+
+
+def library_key() -> str:
+    """The cache key of the library: its source, torch's version and location, Python's."""
+    import torch
+
+    return cache.digest(SOURCE.read_bytes(), torch.__version__, torch.__file__, sys.version,
+                        str(sysconfig.get_config_var("EXT_SUFFIX")),
+                        str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))
+
+
+def command(cxx: str, output: Path) -> list[str]:
+    """The compiler's command line building the library into ``output``."""
+    import torch
+
+    include, lib = _torch_dirs()
+    return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+            f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
+            f"-I{sysconfig.get_paths()['include']}", str(SOURCE), f"-L{lib}", "-lc10",
+            "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl", f"-Wl,-rpath,{lib}", "-o",
+            str(output)]
+
+
+def _paths(key: str) -> tuple[Path, Path, Path]:
+    """(the library, its failure record, its lock) for a key."""
+    folder = cache.cache_dir("fastcall")
+    return folder / f"{key}.so", folder / f"{key}.failed", folder / f"{key}.lock"
+
+
+#: the first line of a failure record: the compiler that failed (another one is tried)
+FAILED_WITH = "compiler: "
+
+
+def _failed_with(record: Path) -> str | None:
+    """The compiler a failure record names (None for a record that names none)."""
+    first = record.read_text(errors="replace").partition("\n")[0]
+    return first.removeprefix(FAILED_WITH) if first.startswith(FAILED_WITH) else None
+
+
+def _build(key: str) -> Path | None:
+    """The library's path, built unless cached; None (and the reason recorded) when it cannot
+    be built."""
+    library, failed, lock_path = _paths(key)
+    if library.is_file():
+        return library
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if library.is_file():
+                return library
+            cxx = compiler()
+            if failed.is_file() and _failed_with(failed) == cxx:
+                _reason[key] = f"its build with {cxx} failed before (see {failed})"
+                return None
+            if cxx is None:
+                _reason[key] = "no C++ compiler ($CXX, c++ or g++)"
+                return None
+            partial = library.with_name(f".{library.name}.{os.getpid()}.tmp")
+            try:
+                proc = subprocess.run(command(cxx, partial), capture_output=True, text=True,
+                                      timeout=BUILD_TIMEOUT_S)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                proc = None
+                log = f"{cxx} could not run: {exc}"
+            else:
+                log = (proc.stderr or proc.stdout)[-6000:]
+            if proc is None or proc.returncode != 0:
+                partial.unlink(missing_ok=True)
+                cache.atomic_write(failed, f"{FAILED_WITH}{cxx}\n{log}".encode())
+                _reason[key] = f"its build failed (the compiler's output: {failed})"
+                return None
+            os.replace(partial, library)
+            return library
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load(build: bool = True) -> ModuleType | None:
+    """The compiled module (``build``: building it if need be), or None where it is off or
+    cannot be built or loaded (:func:`status` says why). Loads torch."""
+    if not enabled():
+        return None
+    key = library_key()
+    if key in _loaded:
+        return _loaded[key]
+    try:
+        library = _build(key) if build else _paths(key)[0]
+    except CacheUnusable as exc:  # the Python path serves every call; the cache's users say
+        _reason[key] = str(exc)
+        _loaded[key] = None
+        return None
+    module = None
+    if library is not None and library.is_file():
+        try:
+            loader = importlib.machinery.ExtensionFileLoader("multibackend._fastcall",
+                                                             str(library))
+            spec = importlib.util.spec_from_loader("multibackend._fastcall", loader)
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+        except ImportError as exc:  # a library this torch or Python cannot load: build again
+            library.unlink(missing_ok=True)
+            _reason[key] = f"{library} did not load ({exc}); it is rebuilt on next use"
+            module = None
+    elif library is not None:
+        _reason[key] = "not built yet"
+    if module is not None or build:
+        _loaded[key] = module
+    return module
+
+
+def status() -> str:
+    """Whether the compiled front serves calls in this process, and if not, why."""
+    if not enabled():
+        return f"off (${ENV}=0)"
+    key = library_key()
+    module = _loaded.get(key)
+    if module is not None:
+        return f"compiled ({_paths(key)[0]})"
+    if key not in _loaded:
+        return "not loaded yet (it loads, or builds, on the first matmul of torch tensors)"
+    return f"not in use: {_reason.get(key, 'unknown')}"
