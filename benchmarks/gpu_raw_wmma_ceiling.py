@@ -123,7 +123,7 @@ def probe_rows(blocks_per_sm: int, probe_ms: float, reps: int) -> dict[str, dict
     """Each probe's row: its rate in tera-operations per second."""
     import torch
 
-    from multibackend.backends.raw_wmma.backend import WGMMA_CC
+    from multibackend.backends.raw_wmma.kernels import WGMMA_CC
     from multibackend.gpu import driver, nvrtc
     from multibackend.gpu.timing import time_gpu
     from multibackend.raw_wmma import source_path
@@ -236,7 +236,8 @@ def bit_rows(bits_k: int, ceiling: dict) -> list[dict]:
     import torch
 
     import multibackend as mb
-    from multibackend.backends.raw_wmma.backend import MMA_TILES, TMA_TILES, WGMMA_CC, WGMMA_TILES
+    from multibackend.backends.raw_wmma.backend import MMA_TILES
+    from multibackend.backends.raw_wmma.kernels import TMA_TILES, WGMMA_CC, WGMMA_TILES
     from multibackend.gpu.timing import time_interleaved
 
     size, nbytes = 8192, bits_k // 8

@@ -8,9 +8,9 @@ passed as the ``.mT`` view (a column-major operand, no copy) and the bias as C w
 broadcast over the rows (row stride 0), so the backend adds it in its epilogue. Under
 torch.compile and autograd the product goes through the registered operator
 (:mod:`multibackend.integrations.torch_op`) like any other call. Once a layer's product has been planned
-and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.run.plans.linear`), later calls
+and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.run.layers.linear`), later calls
 are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op. A
-layer keeps a memo of the plan that served it (:class:`multibackend.run.plans.LayerPlan`), checked
+layer keeps a memo of the plan that served it (:class:`multibackend.run.layers.LayerPlan`), checked
 by identity on each call, so that its repeated calls cost no more host time than torch's own
 layer.
 
@@ -28,7 +28,7 @@ import torch
 from multibackend.api import matmul
 from multibackend.choose.registry import REGISTRY
 from multibackend.core.errors import InvalidType
-from multibackend.run import plans
+from multibackend.run import layers
 
 _F_LINEAR = torch.nn.functional.linear
 _compiling = torch.compiler.is_dynamo_compiling
@@ -40,11 +40,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     weight (out, in), bias (out,) or None; the result is (*, out).
 
     Once a layer's product has been planned and dispatch runs it on cuBLAS for every size
-    below bounds these sizes are under (:func:`multibackend.run.plans.linear`), later calls are
+    below bounds these sizes are under (:func:`multibackend.run.layers.linear`), later calls are
     ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
     without building its views."""
     traced = _compiling()
-    if not traced and plans.linear(x, weight, bias, backend):
+    if not traced and layers.linear(x, weight, bias, backend):
         try:
             return _F_LINEAR(x, weight, bias)
         except RuntimeError:  # refused (shapes, dtypes, devices): matmul words the error
@@ -55,12 +55,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                     backend: str | None, traced: bool) -> torch.Tensor:
     """The layer's product through :func:`multibackend.matmul`, remembered for
-    :func:`multibackend.run.plans.linear` (unless torch.compile is tracing it)."""
+    :func:`multibackend.run.layers.linear` (unless torch.compile is tracing it)."""
     rows = x.reshape(-1, x.shape[-1])
     c = None if bias is None else bias.expand(rows.shape[0], weight.shape[0])
     d = matmul(rows, weight.mT, c, backend=backend)
     if not traced:
-        plans.remember_linear(x, weight, bias, backend, rows, c)
+        layers.remember_linear(x, weight, bias, backend, rows, c)
     return d.view(*x.shape[:-1], weight.shape[0])
 
 
@@ -69,14 +69,14 @@ class Linear(torch.nn.Linear):
     ``backend`` ("auto" by default; see the module docstring)."""
 
     backend: str | None
-    #: the memo of the family plan that served the last call (plans.LayerPlan), or None
+    #: the memo of the family plan that served the last call (layers.LayerPlan), or None
     _served: Any
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device: Any = None, dtype: Any = None, *, backend: str | None = "auto") -> None:
         super().__init__(in_features, out_features, bias, device, dtype)
         self.backend = backend
-        self._served: plans.LayerPlan | None = None
+        self._served: layers.LayerPlan | None = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         params = self._parameters
@@ -89,7 +89,7 @@ class Linear(torch.nn.Linear):
             return _planned_linear(input, weight, bias, backend, True)
         served = self._served
         if served is None or not served.holds(input, weight, bias, backend):
-            served = self._served = plans.layer_plan(input, weight, bias, backend)
+            served = self._served = layers.layer_plan(input, weight, bias, backend)
         if served is not None:
             try:
                 return _F_LINEAR(input, weight, bias)

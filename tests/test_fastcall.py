@@ -36,9 +36,9 @@ def front():
 def host_family(module, op="mm", bounds=(INF,) * 5, backend="auto", dtype=torch.float32,
                 ranks=(2, 2)):
     """Hand the module a family of host tensors, made under the current environment."""
-    get = plans._ENVIRON.get
-    environment = (get(plans._BACKEND_KEY), get(plans._TUNING_KEY), get(plans._AUTOTUNE_KEY))
-    module.remember(backend, dtype, dtype, *ranks, -1, environment, plans._GENERATION[0], op,
+    get = plans.ENVIRON.get
+    environment = (get(plans.BACKEND_KEY), get(plans.TUNING_KEY), get(plans.AUTOTUNE_KEY))
+    module.remember(backend, dtype, dtype, *ranks, -1, environment, plans.GENERATION[0], op,
                     bounds)
 
 
@@ -158,7 +158,7 @@ def test_a_changed_environment_or_table_generation_is_not_served(front, monkeypa
     monkeypatch.delenv(ENV_BACKEND)
     # the value it was made under, again
     assert serve(a, b, None, "auto", None, {}) is not plans.MISS
-    plans._GENERATION[0] += 1  # what loading or clearing a table does
+    plans.GENERATION[0] += 1  # what loading or clearing a table does
     assert serve(a, b, None, "auto", None, {}) is plans.MISS
 
 
@@ -171,8 +171,8 @@ def test_a_call_with_c_goes_to_the_python_front(front, monkeypatch):
         calls.append((a, b, c, backend, autotune, options))
         return "python front"
 
-    module.bind(recording, plans.MISS, plans._ENVIRON,
-                (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY), plans._GENERATION,
+    module.bind(recording, plans.MISS, plans.ENVIRON,
+                (plans.BACKEND_KEY, plans.TUNING_KEY, plans.AUTOTUNE_KEY), plans.GENERATION,
                 None)
     try:
         a, b, c = small_ints(6, 7), small_ints(7, 8), small_ints(6, 8)
@@ -291,9 +291,9 @@ def test_tensors_without_strides_are_not_served_or_remembered(front):
 
 def test_families_handed_over_by_plans_and_forgotten_with_them(front):
     module, _ = front
-    get = plans._ENVIRON.get
-    environment = (get(plans._BACKEND_KEY), get(plans._TUNING_KEY), get(plans._AUTOTUNE_KEY))
-    key = ("auto", torch.float16, torch.float16, 2, 2, 0, *environment, plans._GENERATION[0])
+    get = plans.ENVIRON.get
+    environment = (get(plans.BACKEND_KEY), get(plans.TUNING_KEY), get(plans.AUTOTUNE_KEY))
+    key = ("auto", torch.float16, torch.float16, 2, 2, 0, *environment, plans.GENERATION[0])
     plans.remember_family(key, torch.mm, (INF, INF, 64, 64, 64))
     assert module.stats()[0] == 1
     plans.remember_family(key, torch.mm, (INF, INF, 32, 32, 32))  # made again: replaced
@@ -302,7 +302,7 @@ def test_families_handed_over_by_plans_and_forgotten_with_them(front):
     assert module.stats()[0] == 1  # not torch's op: only the Python front serves it
     exact_plan(small_ints(3, 3), small_ints(3, 3))
     plans.forget()
-    assert module.stats()[:2] == (0, 0) and not plans._FAMILIES
+    assert module.stats()[:2] == (0, 0) and not plans.FAMILIES
 
 
 def test_served_calls_leak_no_references(front):

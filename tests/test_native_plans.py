@@ -169,12 +169,12 @@ def test_kernel_steps_check_their_parameter_buffer(module):
         module.remember_native("backend", "auto", a, a, env, gen, torch.float32, (2, 2), 1,
                                steps, None)
 
-    keys = (plans._BACKEND_KEY, plans._TUNING_KEY, plans._AUTOTUNE_KEY)
-    module.bind(plans.served, plans.MISS, plans._ENVIRON, keys, plans._GENERATION, None)
+    keys = (plans.BACKEND_KEY, plans.TUNING_KEY, plans.AUTOTUNE_KEY)
+    module.bind(plans.served, plans.MISS, plans.ENVIRON, keys, plans.GENERATION, None)
     try:
         with pytest.raises(RuntimeError, match="bound with no stream getter"):
             remember(step)
-        module.bind(plans.served, plans.MISS, plans._ENVIRON, keys, plans._GENERATION,
+        module.bind(plans.served, plans.MISS, plans.ENVIRON, keys, plans.GENERATION,
                     lambda device: 0)
         try:
             ctypes.CDLL("libcuda.so.1")
@@ -367,7 +367,7 @@ def array_plan(module, a, b) -> HostEntry:
     step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
                             (native.A, native.B, native.D, native.D), 1.0, 0.0)
     key = plans.array_key(("backend", "triton"), a, b)
-    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (6, 4),
+    module.remember_arrays(key, plans._watched_environment(), plans.GENERATION[0], (6, 4),
                            plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
                            entry)
     return entry
@@ -438,7 +438,7 @@ def test_a_dot_plan_of_arrays_is_served_by_the_dot_entry(module):
     step = native.EntryStep(entry.address, ctypes.addressof(entry.shape),
                             (native.A, native.B, native.D, native.D), 1.0, 0.0)
     key = plans.array_key((plans.DOT_WORDS["backend"], "auto"), x, y)
-    module.remember_arrays(key, plans._watched_environment(), plans._GENERATION[0], (),
+    module.remember_arrays(key, plans._watched_environment(), plans.GENERATION[0], (),
                            plans._numpy_dtype(torch.float32), torch.float32, 0, (step.wire(),),
                            entry)
     d = module.serve_dot_arrays(HostArray(x), HostArray(y), "auto", None, {})
@@ -482,7 +482,7 @@ def test_a_call_plan_of_arrays_hands_the_arrays_to_its_producing_call(module, mo
         return HostArray(x.tensor @ y.tensor)
 
     key = plans.array_key(("backend", "cublas"), a, b)
-    module.remember_array_call(key, plans._watched_environment(), plans._GENERATION[0], produce)
+    module.remember_array_call(key, plans._watched_environment(), plans.GENERATION[0], produce)
     x, y = HostArray(a), HostArray(b)
     served = module.stats()[2]
     d = module.serve_arrays(x, y, None, "cublas", None, {})

@@ -261,11 +261,11 @@ def test_importing_multibackend_does_not_import_torch():
 
 
 def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
-    """The linear layer's shortest path (:func:`multibackend.run.plans.linear`) answers yes only
+    """The linear layer's shortest path (:func:`multibackend.run.layers.linear`) answers yes only
     under the family plan its product made, within that plan's bounds; a bias other than a
     vector, or a weight of another dtype than the input's, is never served by it. (Host
     tensors make no family plans: the product's key here counts them as on a GPU.)"""
-    from multibackend.run import plans
+    from multibackend.run import layers, plans
 
     monkeypatch.setattr(plans, "_torch_key", lambda options, a, b, c=None: (
         options, a.dtype, b.dtype, a.ndim, b.ndim,
@@ -274,52 +274,52 @@ def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
     x, weight, bias = torch.ones(2, 5, 16), torch.ones(8, 16), torch.ones(8)
     rows = x.reshape(-1, 16)
     c = bias.expand(10, 8)
-    assert not plans.linear(x, weight, bias, "auto")
-    plans.remember_linear(x, weight, bias, "auto", rows, c)
-    assert not plans.linear(x, weight, bias, "auto"), "no family plan of the product"
+    assert not layers.linear(x, weight, bias, "auto")
+    layers.remember_linear(x, weight, bias, "auto", rows, c)
+    assert not layers.linear(x, weight, bias, "auto"), "no family plan of the product"
     inf = float("inf")
-    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+    plans.remember_family(plans.torch_key("auto", rows, weight.mT, c), torch.addmm,
                           (inf, inf, inf, inf, inf))
-    plans.remember_linear(x, weight, bias, "auto", rows, c)
-    assert plans.linear(x, weight, bias, "auto")
-    assert plans.linear(torch.ones(3, 7, 16), weight, bias, "auto")
-    assert not plans.linear(x, weight, bias, "cublas"), "another backend's name"
-    assert plans.linear(x[0], weight, bias, "auto"), "another rank: the same product"
-    assert not plans.linear(x, weight, None, "auto"), "no bias: another family"
+    layers.remember_linear(x, weight, bias, "auto", rows, c)
+    assert layers.linear(x, weight, bias, "auto")
+    assert layers.linear(torch.ones(3, 7, 16), weight, bias, "auto")
+    assert not layers.linear(x, weight, bias, "cublas"), "another backend's name"
+    assert layers.linear(x[0], weight, bias, "auto"), "another rank: the same product"
+    assert not layers.linear(x, weight, None, "auto"), "no bias: another family"
     # bounded: (elements of A, of B, M, N, K) as the product sees them
-    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+    plans.remember_family(plans.torch_key("auto", rows, weight.mT, c), torch.addmm,
                           (40, 100, 10, 8, 16))
-    plans.remember_linear(x, weight, bias, "auto", rows, c)
-    assert not plans.linear(x, weight, bias, "auto"), "160 and 128 elements, M 10 N 8 K 16"
-    assert plans.linear(torch.ones(1, 2, 16), weight, bias, "auto"), "32 elements of A"
-    plans.remember_family(plans._torch_key("auto", rows, weight.mT, c), torch.addmm,
+    layers.remember_linear(x, weight, bias, "auto", rows, c)
+    assert not layers.linear(x, weight, bias, "auto"), "160 and 128 elements, M 10 N 8 K 16"
+    assert layers.linear(torch.ones(1, 2, 16), weight, bias, "auto"), "32 elements of A"
+    plans.remember_family(plans.torch_key("auto", rows, weight.mT, c), torch.addmm,
                           (0, 0, 11, 0, 0))
-    plans.remember_linear(x, weight, bias, "auto", rows, c)
-    assert plans.linear(x, weight, bias, "auto"), "M = 10 < 11"
-    assert not plans.linear(torch.ones(3, 5, 16), weight, bias, "auto"), "M = 15"
+    layers.remember_linear(x, weight, bias, "auto", rows, c)
+    assert layers.linear(x, weight, bias, "auto"), "M = 10 < 11"
+    assert not layers.linear(torch.ones(3, 5, 16), weight, bias, "auto"), "M = 15"
     plans.forget()
     wide = torch.ones(1, 8)
-    plans.remember_family(plans._torch_key("auto", rows, weight.mT, wide.expand(10, 8)),
+    plans.remember_family(plans.torch_key("auto", rows, weight.mT, wide.expand(10, 8)),
                           torch.addmm, (inf,) * 5)
-    plans.remember_linear(x, weight, wide, "auto", rows, wide.expand(10, 8))
-    assert not plans.linear(x, weight, wide, "auto"), "a 2-D bias"
-    plans.remember_family(plans._torch_key("auto", rows, weight.double().mT, c),
+    layers.remember_linear(x, weight, wide, "auto", rows, wide.expand(10, 8))
+    assert not layers.linear(x, weight, wide, "auto"), "a 2-D bias"
+    plans.remember_family(plans.torch_key("auto", rows, weight.double().mT, c),
                           torch.addmm, (inf,) * 5)
-    plans.remember_linear(x, weight.double(), bias, "auto", rows, c)
-    assert not plans.linear(x, weight.double(), bias, "auto"), "a float64 weight"
+    layers.remember_linear(x, weight.double(), bias, "auto", rows, c)
+    assert not layers.linear(x, weight.double(), bias, "auto"), "a float64 weight"
     plans.forget()
 
 
 def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_under_changes(
         monkeypatch):
-    """A layer whose product has a family plan keeps a memo of it (plans.LayerPlan) and calls
+    """A layer whose product has a family plan keeps a memo of it (layers.LayerPlan) and calls
     torch's own linear while x's dtype, the weight and bias objects, the backend, the watched
     environment and the tables' generation are those it was made under and x is within the
     plan's bounds; any change plans again. A copied or pickled layer starts without one."""
     import copy
     import pickle
 
-    from multibackend.run import plans
+    from multibackend.run import layers, plans
 
     plans.forget()
     served = record_torchs_linear(monkeypatch)
@@ -328,11 +328,11 @@ def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_und
     x = torch.rand(2, 5, 16)
     want = torch.nn.functional.linear(x, layer.weight, layer.bias)
     assert rel_err(layer(x), want) <= 1e-5 and not served and layer._served is None
-    plans.remember_family(plans._linear_key("auto", x, layer.bias), torch.addmm,
+    plans.remember_family(layers._linear_key("auto", x, layer.bias), torch.addmm,
                           (0, 0, 12, 0, 0))  # M below 12
     assert rel_err(layer(x), want) <= 1e-5 and served == [(2, 5, 16)]
     memo = layer._served
-    assert isinstance(memo, plans.LayerPlan) and memo.holds(x, layer.weight, layer.bias, "auto")
+    assert isinstance(memo, layers.LayerPlan) and memo.holds(x, layer.weight, layer.bias, "auto")
     layer(x[0])
     assert len(served) == 2 and layer._served is memo, "the memo served it"
     assert not memo.holds(torch.rand(3, 5, 16), layer.weight, layer.bias, "auto"), "M = 15"
@@ -344,13 +344,13 @@ def test_a_layer_serves_repeated_calls_by_its_memo_while_nothing_it_was_made_und
     assert not memo.holds(x, layer.weight, layer.bias, "auto"), "an environment variable set"
     monkeypatch.delenv("MULTIBACKEND_BACKEND")
     assert memo.holds(x, layer.weight, layer.bias, "auto")
-    plans._GENERATION[0] += 1
+    plans.GENERATION[0] += 1
     try:
         assert not memo.holds(x, layer.weight, layer.bias, "auto"), "the tables changed"
         layer(x)  # another family key now: matmul's path, and no memo
         assert len(served) == 2 and layer._served is None
     finally:
-        plans._GENERATION[0] -= 1
+        plans.GENERATION[0] -= 1
     layer(x)
     memo = layer._served
     assert memo is not None and memo.holds(x, layer.weight, layer.bias, "auto")

@@ -35,7 +35,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from multibackend.backends.raw_wmma import arguments as rw_arguments
 from multibackend.backends.raw_wmma import backend as rw
+from multibackend.backends.raw_wmma import kernels as rw_kernels
 from multibackend.core.config import Config, Operands
 from multibackend.core.errors import CompileError, InvalidArgument, KernelRefused
 from multibackend.core.problem import synthetic, synthetic_dot
@@ -226,7 +228,7 @@ WGMMA_SASS = {"b1and": "BGMMA.64x{n}x256.AND.POPC", "s8": "IGMMA.64x{n}x32.S8.S8
 def _mma_problem(kind: str, **kw):
     if kind == "b1and":
         return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
-    dtype = {v: k for k, v in rw.MMA_KINDS.items()}[kind]
+    dtype = {v: k for k, v in rw_kernels.MMA_KINDS.items()}[kind]
     return synthetic(256, 256, 512, dtype, b_layout="col",
                      precision="tf32" if kind == "tf32" else None, **kw)
 
@@ -241,12 +243,12 @@ def test_ptx_mma_kernels_sass(builds):
     D pairwise (f64 built for sm_80 traps: its instruction is sm_90's); tf32 rounds its
     operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
     tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
-    wgmma = {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
-             for kind in rw.WGMMA_KINDS for name in (*rw.WGMMA_TILES, *rw.TMA_TILES)}
+    wgmma = {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
+             for kind in rw_kernels.WGMMA_KINDS for name in (*rw_kernels.WGMMA_TILES, *rw_kernels.TMA_TILES)}
     for arch in ARCHS:
         sass = builds[("mma_kmajor.cu", arch)][1]
-        assert set(sass) == wgmma | {rw.kernel_for(_mma_problem(kind), Config.of(name)).name
-                                     for kind, tiles in rw.MMA_TILES.items() for name in tiles}
+        assert set(sass) == wgmma | {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
+                                     for kind, tiles in rw_kernels.MMA_TILES.items() for name in tiles}
         for name, text in sass.items():
             kind = name.split("_")[2]
             if (sm90_only(name) and arch < "sm_90") or name in wgmma:
@@ -276,9 +278,9 @@ def test_wgmma_kernels_sass(builds):
     flight while the next is issued, copies with 16-byte cp.async (zero-filling at the edges)
     and stores D pairwise; 0 spills and no stack."""
     report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
-    for kind in rw.WGMMA_KINDS:
-        for config, (bm, bn, _) in rw.WGMMA_TILES.items():
-            name = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
+    for kind in rw_kernels.WGMMA_KINDS:
+        for config, (bm, bn, _) in rw_kernels.WGMMA_TILES.items():
+            name = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
             text = sass[name]
             n = 128 if kind in ("s8", "u8") or bn == 128 else 256
             want = WGMMA_SASS[kind].format(n=n)
@@ -302,9 +304,9 @@ def test_tma_kernels_sass(builds):
     kept in flight) and no mma.sync, copies nothing through the threads (no LDGSTS) and stores
     D pairwise; cluster kernels meet at cluster barriers; 0 spills and no stack."""
     report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
-    for kind in rw.WGMMA_KINDS:
-        for config, (bm, bn, _, cluster) in rw.TMA_TILES.items():
-            name = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
+    for kind in rw_kernels.WGMMA_KINDS:
+        for config, (bm, bn, _, cluster) in rw_kernels.TMA_TILES.items():
+            name = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
             text = sass[name]
             n = 128 if kind in ("s8", "u8") else 256
             per_ktile = 4 * bn // n
@@ -324,45 +326,45 @@ def test_tma_kernels_sass(builds):
 
 def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
     backend = rw.create()
-    wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw.FRAGS["int8"]],
-            "u8": [f"wmma_{f}" for f in rw.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"],
-            "f64": ["wmma_8x8x4"], "f16": [f"wmma_{f}" for f in rw.FRAGS["float16"]],
-            "bf16": [f"wmma_{f}" for f in rw.FRAGS["bfloat16"]]}
-    for kind, tiles in rw.MMA_TILES.items():
-        wgmma = list(rw.WGMMA_TILES) if kind in rw.WGMMA_KINDS else []
-        tma = list(rw.TMA_TILES) if kind in rw.WGMMA_KINDS else []
-        fast = list(rw.FAST_TILES) if kind in ("f16", "bf16") else []
+    wmma = {"b1and": ["wmma_8x8x128"], "s8": [f"wmma_{f}" for f in rw_kernels.FRAGS["int8"]],
+            "u8": [f"wmma_{f}" for f in rw_kernels.FRAGS["uint8"]], "tf32": ["wmma_16x16x8"],
+            "f64": ["wmma_8x8x4"], "f16": [f"wmma_{f}" for f in rw_kernels.FRAGS["float16"]],
+            "bf16": [f"wmma_{f}" for f in rw_kernels.FRAGS["bfloat16"]]}
+    for kind, tiles in rw_kernels.MMA_TILES.items():
+        wgmma = list(rw_kernels.WGMMA_TILES) if kind in rw_kernels.WGMMA_KINDS else []
+        tma = list(rw_kernels.TMA_TILES) if kind in rw_kernels.WGMMA_KINDS else []
+        fast = list(rw_kernels.FAST_TILES) if kind in ("f16", "bf16") else []
         assert [c.name for c in backend.configs(_mma_problem(kind))] == \
             [*tma, *wgmma, *fast, *tiles, *wmma[kind]]
         assert [c.name for c in backend.configs(_mma_problem(kind, cc=(8, 0)))] == \
             [*fast, *(tiles if kind != "f64" else ()), *wmma[kind]]
         if wgmma:
-            kernel = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(wgmma[0]))
-            bm, bn, stages = rw.WGMMA_TILES[wgmma[0]]
+            kernel = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(wgmma[0]))
+            bm, bn, stages = rw_kernels.WGMMA_TILES[wgmma[0]]
             assert kernel.name == f"rw_wgmma_{kind}_{wgmma[0].removeprefix('wgmma_')}"
             assert kernel.threads == bm // 16 * 32 and kernel.arch_suffix == "a"
-            assert kernel.smem == rw.mma_smem_bytes(bm, bn, stages, warpgroup=True)
-            assert "sm_90a" in rw.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
-            kernel = rw.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(tma[0]))
-            bm, bn, stages, cluster = rw.TMA_TILES[tma[0]]
+            assert kernel.smem == rw_kernels.mma_smem_bytes(bm, bn, stages, warpgroup=True)
+            assert "sm_90a" in rw_kernels.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
+            kernel = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(tma[0]))
+            bm, bn, stages, cluster = rw_kernels.TMA_TILES[tma[0]]
             assert kernel.name == f"rw_tma_{kind}_{tma[0].removeprefix('tma_')}"
             assert kernel.threads == bm // 16 * 32 + 128 and kernel.arch_suffix == "a"
-            assert kernel.smem == rw.tma_smem_bytes(bm, bn, stages) <= 227 * 1024
-            assert kernel.tma_boxes == (bm, bn // cluster) and kernel.params == rw.TMA_PARAMS
-            assert "sm_90a" in rw.tma_eligible(_mma_problem(kind, cc=(8, 0)))
+            assert kernel.smem == rw_kernels.tma_smem_bytes(bm, bn, stages) <= 227 * 1024
+            assert kernel.tma_boxes == (bm, bn // cluster) and kernel.params == rw_kernels.TMA_PARAMS
+            assert "sm_90a" in rw_kernels.tma_eligible(_mma_problem(kind, cc=(8, 0)))
         first = next(iter(tiles))
-        kernel = rw.kernel_for(_mma_problem(kind), Config.of(first))
+        kernel = rw_kernels.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
         _, bm, bn, wm, wn, stages = tiles[first]
         assert kernel.threads == wm * wn * 32 and kernel.source == "mma_kmajor.cu"
-        assert kernel.tile == (bm, bn) and kernel.smem == rw.mma_smem_bytes(bm, bn, stages)
-    assert "sm_90" in rw.mma_eligible(_mma_problem("f64", cc=(8, 0)))
-    assert rw.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
-    assert "no f64" in rw.wgmma_eligible(_mma_problem("f64", cc=(9, 0)))
-    assert rw.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
+        assert kernel.tile == (bm, bn) and kernel.smem == rw_kernels.mma_smem_bytes(bm, bn, stages)
+    assert "sm_90" in rw_kernels.mma_eligible(_mma_problem("f64", cc=(8, 0)))
+    assert rw_kernels.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
+    assert "no f64" in rw_kernels.wgmma_eligible(_mma_problem("f64", cc=(9, 0)))
+    assert rw_kernels.kernel_for(_mma_problem("b1and"), Config.of("mma_m16n8k256_128x256_s4")).name == \
         "rw_mma_b1and_m16n8k256_128x256_s4"
     with pytest.raises(InvalidArgument, match="mma_m16n8k32_128x256_s4"):
-        rw.kernel_for(_mma_problem("s8"), Config.of("mma_m16n8k8_128x256_s4"))
+        rw_kernels.kernel_for(_mma_problem("s8"), Config.of("mma_m16n8k8_128x256_s4"))
     for other, why in ((synthetic(256, 256, 4096, "bit", bitop="xor", b_layout="col"), "AND"),
                        (synthetic(256, 256, 4096, "bit", bitop="and"), "column-major"),
                        (synthetic(256, 256, 4100, "bit", bitop="and", b_layout="col"),
@@ -372,10 +374,10 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
                         "column-major"),
                        (synthetic(256, 256, 512, "float32", b_layout="col"), "tf32"),
                        (synthetic(256, 256, 512, "float32", precision="tf32"), "column-major")):
-        assert rw.mma_eligible(other) and why in rw.mma_eligible(other), other.describe()
+        assert rw_kernels.mma_eligible(other) and why in rw_kernels.mma_eligible(other), other.describe()
         assert not any(c.name.startswith("mma_") for c in backend.configs(other))
         with pytest.raises(InvalidArgument):
-            rw.kernel_for(other, Config.of("mma_m16n8k256_128x256_s4"))
+            rw_kernels.kernel_for(other, Config.of("mma_m16n8k256_128x256_s4"))
     for kind, layout in (("bit", "row"), ("int8", "row")):
         p = synthetic(256, 256, 4096, kind, bitop="and" if kind == "bit" else None,
                       b_layout=layout)
@@ -464,7 +466,7 @@ def test_the_ceiling_benchmark_launches_every_probe_as_its_name_says():
 
 
 def _every_problem_and_config():
-    for dtype in rw.FRAGS:
+    for dtype in rw_kernels.FRAGS:
         packed = dtype in ("int4", "uint4", "bit")
         for a_lay in ("row", "col", "strided"):
             for b_lay in ("row", "col"):
@@ -493,12 +495,12 @@ def test_every_kernel_the_backend_chooses_exists(builds):
     for p in _every_problem_and_config():
         assert backend.supports(p) is None, p.describe()
         for config in backend.configs(p):
-            chosen.add(rw.kernel_for(p, config).name)
+            chosen.add(rw_kernels.kernel_for(p, config).name)
     for dtype in ("float16", "bfloat16", "float32", "float64"):
         p = synthetic_dot(1000, dtype)
         for vec in (True, False):
-            chosen.add(rw.dot_kernel_name(p, vec))
-    chosen.add(rw.dot_kernel_name(synthetic_dot(1000, acc="float16"), True))
+            chosen.add(rw_kernels.dot_kernel_name(p, vec))
+    chosen.add(rw_kernels.dot_kernel_name(synthetic_dot(1000, acc="float16"), True))
     assert chosen <= compiled, sorted(chosen - compiled)
     assert len(chosen) >= 100
 
@@ -506,31 +508,31 @@ def test_every_kernel_the_backend_chooses_exists(builds):
 @needs_nvcc
 def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
     lines = ['#include "wmma_fast.cu"']
-    for bm, bn, bk, wm, wn, st in rw.FAST_TILES.values():
+    for bm, bn, bk, wm, wn, st in rw_kernels.FAST_TILES.values():
         for a_row in (True, False):
             for b_row in (True, False):
-                size = rw.fast_smem_bytes(bm, bn, bk, st, a_row, b_row)
+                size = rw_kernels.fast_smem_bytes(bm, bn, bk, st, a_row, b_row)
                 assert size <= 227 * 1024
                 lines.append(f"static_assert(rw::FastGemm<__half, {str(a_row).lower()}, "
                              f"{str(b_row).lower()}, {bm}, {bn}, {bk}, {wm}, {wn}, "
                              f"{st}>::kSmemBytes == {size}, \"smem {bm}x{bn}x{bk} s{st}\");")
     lines.append('#include "mma_kmajor.cu"')
-    for kind, tiles in rw.MMA_TILES.items():
+    for kind, tiles in rw_kernels.MMA_TILES.items():
         for k, bm, bn, wm, wn, st in tiles.values():
-            size = rw.mma_smem_bytes(bm, bn, st)
+            size = rw_kernels.mma_smem_bytes(bm, bn, st)
             assert size <= 227 * 1024
             mma = {"b1and": f"rw::MmaB1And<{k}>, 1", "s8": "rw::MmaS8, 1", "u8": "rw::MmaU8, 1",
                    "f16": "rw::MmaF16, 2", "bf16": "rw::MmaBf16, 2", "tf32": "rw::MmaTf32, 4",
                    "f64": "rw::MmaF64<4>, 8"}[kind]
             lines.append(f"static_assert(rw::KMajorGemm<{mma}, {bm}, {bn}, {wm}, {wn}, {st}>::"
                          f"kSmemBytes == {size}, \"{kind} smem {bm}x{bn} s{st}\");")
-    for bm, bn, st in rw.WGMMA_TILES.values():
-        size = rw.mma_smem_bytes(bm, bn, st, warpgroup=True)
+    for bm, bn, st in rw_kernels.WGMMA_TILES.values():
+        size = rw_kernels.mma_smem_bytes(bm, bn, st, warpgroup=True)
         assert size <= 227 * 1024
         lines.append(f"static_assert(rw::KMajorGemm<rw::WgF16<{bn}>, 2, {bm}, {bn}, {bm // 16}, "
                      f"1, {st}>::kSmemBytes == {size}, \"wgmma smem {bm}x{bn} s{st}\");")
-    for bm, bn, st, cluster in rw.TMA_TILES.values():
-        size = rw.tma_smem_bytes(bm, bn, st)
+    for bm, bn, st, cluster in rw_kernels.TMA_TILES.values():
+        size = rw_kernels.tma_smem_bytes(bm, bn, st)
         assert size <= 227 * 1024
         lines.append(f"static_assert(rw::TmaGemm<rw::WgF16<{bn}>, {bm}, {bn}, {st}, {cluster}>::"
                      f"kSmemBytes == {size}, \"tma smem {bm}x{bn} s{st}\");")
@@ -666,8 +668,8 @@ def test_available_never_raises():
 def test_default_config_for_big_f16_and_bf16_is_the_fast_kernel():
     for dtype in ("float16", "bfloat16"):
         configs = backend.configs(synthetic(8192, 8192, 8192, dtype))
-        assert configs[0].name == next(iter(rw.FAST_TILES)) == "fast_128x256x32_s3"
-        assert {c.name for c in configs} >= set(rw.FAST_TILES) | {"wmma_16x16x16",
+        assert configs[0].name == next(iter(rw_kernels.FAST_TILES)) == "fast_128x256x32_s3"
+        assert {c.name for c in configs} >= set(rw_kernels.FAST_TILES) | {"wmma_16x16x16",
                                                                    "wmma_32x8x16", "wmma_8x32x16"}
         assert configs[0].get("STAGES") == 3 and configs[0].get("BK") == 32
 
@@ -683,7 +685,7 @@ def test_configs_per_dtype(dtype, frags):
     p = synthetic(100, 100, 256, dtype, precision="tf32" if dtype == "float32" else None)
     staged = [c for c in backend.configs(p) if staging.is_staged(c)]
     kmajor = [c.name for c in backend.configs(staging.staged_problem(p, kmajor=True))
-              if c.name.startswith(rw.KMAJOR_PREFIXES)][:rw.KMAJOR_OFFERED]
+              if c.name.startswith(rw_kernels.KMAJOR_PREFIXES)][:rw_kernels.KMAJOR_OFFERED]
     assert [c.name for c in staged] == [f"staged:{name}" for name in kmajor]
     assert all(staging.is_kmajor(c) for c in staged) and (dtype == "int4") == (not staged)
     assert [c.name for c in backend.configs(p)] == [c.name for c in staged] + frags
@@ -712,13 +714,13 @@ def test_old_gpus_are_refused_by_rule():
 
 def test_misaligned_rows_take_the_fast_kernel_on_staged_copies_and_say_so():
     p = synthetic(100, 100, 99, "float16")  # ld 99 halves: rows not 16-byte aligned
-    assert rw.fast_eligible(p) is not None
+    assert rw_kernels.fast_eligible(p) is not None
     names = [c.name for c in backend.configs(p)]
     assert names[0] == "staged:fast_128x256x32_s3" and "wmma_16x16x16" in names
-    assert rw.kernel_for(p, backend.configs(p)[0]).name.startswith("rw_fast")
+    assert rw_kernels.kernel_for(p, backend.configs(p)[0]).name.startswith("rw_fast")
     assert "16-byte aligned" in backend.note(p)
     with pytest.raises(InvalidArgument, match="fast_128x256x32_s3"):
-        rw.kernel_for(p, Config.of("fast_128x256x32_s3"))
+        rw_kernels.kernel_for(p, Config.of("fast_128x256x32_s3"))
 
 
 def test_sub_byte_layout_transposes_and_emulation_are_explained():
@@ -732,28 +734,28 @@ def test_sub_byte_layout_transposes_and_emulation_are_explained():
 
 def test_kernel_names_follow_problem():
     p = synthetic(64, 64, 64, "float16", a_layout="col", b_layout="row", acc="float16")
-    assert rw.kernel_for(p, Config.of("wmma_32x8x16")).name == "rw_gemm_f16_f16_32x8x16_cr"
+    assert rw_kernels.kernel_for(p, Config.of("wmma_32x8x16")).name == "rw_gemm_f16_f16_32x8x16_cr"
     p = synthetic(64, 64, 256, "bit", bitop="and")
-    assert rw.kernel_for(p, Config.of("wmma_8x8x128")).name == "rw_gemm_b1and_s32_8x8x128"
+    assert rw_kernels.kernel_for(p, Config.of("wmma_8x8x128")).name == "rw_gemm_b1and_s32_8x8x128"
     with pytest.raises(InvalidArgument, match="wmma_8x8x128"):
-        rw.kernel_for(p, Config.of("wmma_16x16x16"))
+        rw_kernels.kernel_for(p, Config.of("wmma_16x16x16"))
     d = synthetic_dot(1 << 20, "float16", acc="float16")
     assert backend.supports(d) is None
-    assert rw.dot_kernel_name(d, True) == "rw_dot_f16_vec_hfma2"
-    assert rw.dot_kernel_name(synthetic_dot(10, "float32"), False) == "rw_dot_f32_strided"
+    assert rw_kernels.dot_kernel_name(d, True) == "rw_dot_f16_vec_hfma2"
+    assert rw_kernels.dot_kernel_name(synthetic_dot(10, "float32"), False) == "rw_dot_f32_strided"
 
 
 # ---- launching through the driver API ----------------------------------------------------
 
 _C_TYPES = {"int": driver.INT32, "long long": driver.INT64, "double": driver.FLOAT64,
             "__grid_constant__ rw::TensorMap": driver.TENSOR_MAP}
-_SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw.GEMM_PARAMS["wmma_fast.cu"],
-               ("wmma_generic.cu", "RW_GENERIC"): rw.GEMM_PARAMS["wmma_generic.cu"],
-               ("wmma_subbyte.cu", "RW_SUBBYTE"): rw.GEMM_PARAMS["wmma_subbyte.cu"],
-               ("mma_kmajor.cu", "RW_MMA"): rw.GEMM_PARAMS["mma_kmajor.cu"],
-               ("mma_kmajor.cu", "RW_TMA"): rw.TMA_PARAMS,
-               ("dot.cu", "RW_DOT"): rw.DOT_PARAMS,
-               ("dot.cu", "RW_DOT_FINAL"): rw.DOT_FINAL_PARAMS,
+_SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw_kernels.GEMM_PARAMS["wmma_fast.cu"],
+               ("wmma_generic.cu", "RW_GENERIC"): rw_kernels.GEMM_PARAMS["wmma_generic.cu"],
+               ("wmma_subbyte.cu", "RW_SUBBYTE"): rw_kernels.GEMM_PARAMS["wmma_subbyte.cu"],
+               ("mma_kmajor.cu", "RW_MMA"): rw_kernels.GEMM_PARAMS["mma_kmajor.cu"],
+               ("mma_kmajor.cu", "RW_TMA"): rw_kernels.TMA_PARAMS,
+               ("dot.cu", "RW_DOT"): rw_kernels.DOT_PARAMS,
+               ("dot.cu", "RW_DOT_FINAL"): rw_kernels.DOT_FINAL_PARAMS,
                ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}
 
 
@@ -809,35 +811,35 @@ def test_generic_argument_buffer_holds_each_parameter_at_its_pointer():
     d = _tensor((batch, m, n))
     problem = synthetic(m, n, k, "float16", batch=batch, a_layout="col", has_c=True)
     ops = Operands(a, b, c, d, alpha=0.5, beta=-2.0, stream=7)
-    kernel = rw.kernel_for(problem, Config.of("wmma_32x8x16"))
+    kernel = rw_kernels.kernel_for(problem, Config.of("wmma_32x8x16"))
     assert kernel.name == "rw_gemm_f16_f32_32x8x16_cr"
-    args = driver.Arguments(kernel.name, rw.GEMM_PARAMS[kernel.source],
-                            rw.gemm_arguments(problem, ops, kernel))
+    args = driver.Arguments(kernel.name, rw_kernels.GEMM_PARAMS[kernel.source],
+                            rw_arguments.gemm_arguments(problem, ops, kernel))
     assert _slots(args) == {
         "a": a.data_ptr(), "b": b.data_ptr(), "c": c.data_ptr(), "d": d.data_ptr(),
         "M": m, "N": n, "K": k, "sam": 1, "sak": m, "sbk": n, "sbn": 1,
         "scm": 1, "scn": m, "sba": (k + 3) * m, "sbb": k * n, "sbc": 0, "batch": batch,
         "alpha": 0.5, "beta": -2.0, "c_code": 0, "d_code": 0, "satf": 0}
-    assert kernel.tile == (64, 64) and rw.gemm_grid(problem, kernel) == (1, batch, 1)
+    assert kernel.tile == (64, 64) and rw_arguments.gemm_grid(problem, kernel) == (1, batch, 1)
 
 
 def test_fast_and_sub_byte_arguments_from_matrices_as_given():
     m, n, k = 300, 264, 136
     a, b, d = _tensor((m, k)), _tensor((n, k)).t(), _tensor((1, m, n))
     problem = synthetic(m, n, k, "bfloat16", b_layout="col", out_dtype="float32")
-    kernel = rw.kernel_for(problem, Config.of("fast_128x128x64_s3"))
-    values = _slots(driver.Arguments(kernel.name, rw.GEMM_PARAMS[kernel.source],
-                                     rw.gemm_arguments(problem, Operands(a, b, None, d), kernel)))
+    kernel = rw_kernels.kernel_for(problem, Config.of("fast_128x128x64_s3"))
+    values = _slots(driver.Arguments(kernel.name, rw_kernels.GEMM_PARAMS[kernel.source],
+                                     rw_arguments.gemm_arguments(problem, Operands(a, b, None, d), kernel)))
     assert values == {"a": a.data_ptr(), "b": b.data_ptr(), "c": 0, "d": d.data_ptr(),
                       "M": m, "N": n, "K": k, "lda": k, "ldb": k, "scm": 0, "scn": 0, "sba": 0,
                       "sbb": 0, "sbc": 0, "batch": 1, "alpha": 1.0, "beta": 0.0, "c_code": 2,
                       "d_code": 2, "vec_ok": 0}  # float32 out from bfloat16: no 16-byte stores
-    assert rw.gemm_grid(problem, kernel) == (3 * 3, 1, 1)
+    assert rw_arguments.gemm_grid(problem, kernel) == (3 * 3, 1, 1)
     sub = synthetic(64, 40, 256, "bit", bitop="and", b_layout="col")
     ap, bp = _tensor((64, 32), torch.uint8), _tensor((40, 32), torch.uint8).t()
     dp = _tensor((64, 40), torch.int32)
-    kernel = rw.kernel_for(sub, Config.of("wmma_8x8x128"))
-    values = rw.gemm_arguments(sub, Operands(ap, bp, None, dp, alpha=3, beta=0), kernel)
+    kernel = rw_kernels.kernel_for(sub, Config.of("wmma_8x8x128"))
+    values = rw_arguments.gemm_arguments(sub, Operands(ap, bp, None, dp, alpha=3, beta=0), kernel)
     assert (values["kbytes"], values["sam"], values["sak"], values["sbk"], values["sbn"],
             values["alpha"], values["d_code"]) == (32, 32, 1, 1, 32, 3.0, 4)
 
@@ -846,20 +848,20 @@ def test_dot_arguments_and_blocks():
     x, y = _tensor((5000,), torch.float32), _tensor((10000,), torch.float32)[::2]
     problem = synthetic_dot(5000, "float32")
     ops = Operands(x, y, None, _tensor((1,), torch.float32))
-    vec, blocks = rw.dot_plan(problem, ops, Config.of("dot_8bps"), sms=132)
-    assert not vec and blocks == -(-5000 // (rw.DOT_THREADS * rw.DOT_UNROLL))
-    first, final = rw.dot_arguments(problem, ops, partial=0x7000, blocks=blocks)
-    assert _slots(driver.Arguments("rw_dot_f32_strided", rw.DOT_PARAMS, first)) == {
+    vec, blocks = rw_arguments.dot_plan(problem, ops, Config.of("dot_8bps"), sms=132)
+    assert not vec and blocks == -(-5000 // (rw_kernels.DOT_THREADS * rw_kernels.DOT_UNROLL))
+    first, final = rw_arguments.dot_arguments(problem, ops, partial=0x7000, blocks=blocks)
+    assert _slots(driver.Arguments("rw_dot_f32_strided", rw_kernels.DOT_PARAMS, first)) == {
         "x": x.data_ptr(), "sx": 1, "y": y.data_ptr(), "sy": 2, "n": 5000, "partial": 0x7000}
-    assert _slots(driver.Arguments("rw_dot_final_f64", rw.DOT_FINAL_PARAMS, final)) == {
+    assert _slots(driver.Arguments("rw_dot_final_f64", rw_kernels.DOT_FINAL_PARAMS, final)) == {
         "partial": 0x7000, "count": blocks, "out": ops.d.data_ptr(), "d_code": 2}
-    assert rw.dot_final_name(problem) == "rw_dot_final_f64"  # float64 partials, float32 out
+    assert rw_kernels.dot_final_name(problem) == "rw_dot_final_f64"  # float64 partials, float32 out
     long = Operands(_tensor((1 << 24,)), _tensor((1 << 24,)), None, _tensor((1,)))
-    assert rw.dot_plan(synthetic_dot(1 << 24), long, Config.of("dot_4bps"), 132) == (True, 528)
+    assert rw_arguments.dot_plan(synthetic_dot(1 << 24), long, Config.of("dot_4bps"), 132) == (True, 528)
 
 
 def test_arguments_refuse_missing_unknown_and_out_of_range_values():
-    params = rw.DOT_FINAL_PARAMS
+    params = rw_kernels.DOT_FINAL_PARAMS
     with pytest.raises(ValueError, match=r"rw_dot_final_f32.*\['out'\] missing.*\['extra'\]"):
         driver.Arguments("rw_dot_final_f32", params,
                          {"partial": 1, "count": 2, "d_code": 0, "extra": 1})
@@ -949,10 +951,10 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "_contexts", {})
     def compile_cubin(source, kernel, arch, defines=()):
         fake.compiled.append((source.name, kernel, arch, tuple(defines)))
-        signatures[kernel] = ((rw.TMA_PARAMS if kernel.startswith("rw_tma_") else None)
-                              or rw.GEMM_PARAMS.get(source.name)
+        signatures[kernel] = ((rw_kernels.TMA_PARAMS if kernel.startswith("rw_tma_") else None)
+                              or rw_kernels.GEMM_PARAMS.get(source.name)
                               or (staging.STAGE_PARAMS if source.name == "stage.cu" else None)
-                              or (rw.DOT_FINAL_PARAMS if "final" in kernel else rw.DOT_PARAMS))
+                              or (rw_kernels.DOT_FINAL_PARAMS if "final" in kernel else rw_kernels.DOT_PARAMS))
         return nvrtc.Compiled(SOURCE_DIR / source.name, built=True)  # any file: not parsed
     monkeypatch.setattr(nvrtc, "compile_cubin", compile_cubin)
     return fake
@@ -968,7 +970,7 @@ def test_run_launches_with_a_buffer_built_once_and_pointers_rewritten(fake_drive
     name = "rw_fast_f16_128x256x32_s3_rr"
     assert fake_driver.compiled == [("wmma_fast.cu", name, "sm_90", (f"RW_ONLY={name}",))]
     assert fake_driver.loaded == [(name, 0x1000)]  # in the primary context of device 0
-    smem = rw.fast_smem_bytes(128, 256, 32, 3, True, True)
+    smem = rw_kernels.fast_smem_bytes(128, 256, 32, 3, True, True)
     assert smem > 48 * 1024 and fake_driver.smem == {name: smem}
     assert fake_driver.current == 0 and not fake_driver.stack  # pushed and popped
     launch = fake_driver.launches[-1]
@@ -1048,7 +1050,7 @@ def test_tma_launch_encodes_its_maps_once_and_repoints_them_per_call(fake_driver
                             (b.data_ptr(), (2 * k, n, batch), (2 * k, 2 * n * k), (128, 128, 1))]
     launch = fake_driver.launches[-1]
     assert launch["grid"] == (4 * 3, batch, 1)  # 3 row tiles rounded up to 2 clusters of 2
-    assert launch["block"] == (384, 1, 1) and launch["smem"] == rw.tma_smem_bytes(128, 256, 4)
+    assert launch["block"] == (384, 1, 1) and launch["smem"] == rw_kernels.tma_smem_bytes(128, 256, 4)
     args = launch["args"]
     assert _map_address(args["a_map"]) == a.data_ptr()
     assert _map_address(args["b_map"]) == b.data_ptr()
@@ -1066,7 +1068,7 @@ def test_tma_launch_encodes_its_maps_once_and_repoints_them_per_call(fake_driver
     ops = Operands(a[0], b[0], None, d[0], stream=7)
     backend.run(flat, ops, config)
     step, = backend.native(flat, config, ops).steps
-    assert _slot_names(step, rw.TMA_PARAMS) == {"a_map": native.A + native.MAP,
+    assert _slot_names(step, rw_kernels.TMA_PARAMS) == {"a_map": native.A + native.MAP,
                                                 "b_map": native.B + native.MAP, "d": native.D}
     assert [step.offsets[i] % tensormap.ALIGN for i in (0, 1)] == [0, 0]
     assert _map_address(step.params[step.offsets[0]:]) == a.data_ptr()
@@ -1085,7 +1087,7 @@ def test_tensor_maps_refuse_what_tma_cannot_read(monkeypatch):
     assert fake.encoded[-1] == (0x1000, (2, 1, 1), (16, 16), (128, 128, 1))
     with pytest.raises(InvalidArgument, match="its address is 0x1008"):
         one.point_at(0x1008)
-    assert rw.tma_eligible(synthetic(256, 256, 512, "float16", b_layout="col", batch=2)) is None
+    assert rw_kernels.tma_eligible(synthetic(256, 256, 512, "float16", b_layout="col", batch=2)) is None
 
 
 def test_run_with_c_and_the_dot_passes(fake_driver, monkeypatch):
@@ -1183,7 +1185,7 @@ def test_a_staged_config_is_described_as_its_copies_then_its_kernel_on_them(fake
         "src": 0, "dst": arena.data_ptr(), "lines": m, "length": k, "ld": 192,
         "src_line": k, "src_pos": 1}
     assert copy.grid == (1, m, 1) and copy.block == (staging.STAGE_THREADS, 1, 1)
-    params = rw.GEMM_PARAMS["wmma_fast.cu"]
+    params = rw_kernels.GEMM_PARAMS["wmma_fast.cu"]
     assert _slot_names(gemm, params) == {"b": native.B, "d": native.D}
     values = _step_values(gemm, params)
     assert (values["a"], values["lda"], values["ldb"], values["K"]) == (arena.data_ptr(), 192,

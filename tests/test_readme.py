@@ -47,7 +47,7 @@ def test_quickstart_runs_as_written():
     python = [body for language, body in _blocks() if language == "python"]
     assert python, "README.md has no ```python block"
     env = dict(os.environ)
-    # as a user runs it: the test session turns Triton's interpreter on where there is no GPU
+    # as a user runs it: the tests' conftest turns Triton's interpreter on where there is no GPU
     env.pop("TRITON_INTERPRET", None)
     result = subprocess.run([sys.executable, "-c", python[0]], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=900)

@@ -108,7 +108,7 @@ def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
     triton_cfgs = REGISTRY.get("triton").configs(odd)
     assert any(c.get("kind") == "tma" for c in triton_cfgs if staging.is_staged(c))
     assert not any(c.get("kind") == "tma" for c in triton_cfgs if not staging.is_staged(c))
-    from multibackend.backends.raw_wmma.backend import fast_eligible
+    from multibackend.backends.raw_wmma.kernels import fast_eligible
 
     assert fast_eligible(odd) is not None and fast_eligible(staged) is None
 
@@ -116,7 +116,7 @@ def test_staged_triton_and_raw_wmma_run_their_aligned_kernels(monkeypatch):
 def test_triton_autotune_shortlists_every_offered_staged_tile_and_the_fullest_waves(
         monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    from multibackend.backends.triton.backend import TMA_SHORTLIST, _tile_count, _wave_use
+    from multibackend.backends.triton.configs import TMA_SHORTLIST, _tile_count, _wave_use
 
     backend = REGISTRY.get("triton")
     odd, even = synthetic(3000, 4097, 4095), synthetic(3008, 4160, 4096)

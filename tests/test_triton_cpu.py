@@ -84,7 +84,7 @@ def test_interpreter_k_steps_past_2_31_elements():
 
 
 def test_k_offsets_go_64_bit_exactly_where_a_step_spans_2_31_elements():
-    from multibackend.backends.triton.backend import wide_k
+    from multibackend.backends.triton.operands import wide_k
     from multibackend.core.problem import synthetic
 
     rows = synthetic(8, 8, 64, b_layout="col")  # B's K is contiguous: stride 1 along K
@@ -274,7 +274,7 @@ def test_pointer_kernel_loads_16_bytes_at_a_time_where_told_an_operand_comes_in_
 
 
 def test_load_units_where_triton_cannot_see_them():
-    from multibackend.backends.triton.backend import load_units
+    from multibackend.backends.triton.operands import load_units
     from multibackend.io.request import matmul_call
 
     def units(a, b):
@@ -311,7 +311,7 @@ def test_load_units_where_triton_cannot_see_them():
 def test_interpreter_with_load_units(dtype):
     """Every layout with A's and B's extents and leading dimensions whole 16 bytes but not 16
     elements (units told), batched, with C: the results match float64."""
-    from multibackend.backends.triton.backend import load_units
+    from multibackend.backends.triton.operands import load_units
 
     gen = torch.Generator().manual_seed(31)
     tdtype = getattr(torch, dtype)
@@ -486,7 +486,7 @@ def test_configs_of_one_name_and_other_parameters_each_run_their_own():
 
 
 def _tma_tile():
-    from multibackend.backends.triton import backend as backend_module
+    from multibackend.backends.triton import configs as backend_module
 
     return backend_module._tma_config((32, 32, 32, 4, 1, 8, False))
 

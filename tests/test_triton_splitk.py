@@ -141,7 +141,7 @@ def test_splitk_batched_with_a_broadcast_b(config):
 def test_splitk_with_c_in_16_byte_units_the_specialization_hides(config, c_kind):
     """N = 40 and C's rows 8 halves apart but not 16 (D_UNIT 8: N and the strides of C and
     D rounded down to it in the epilogue), or C's rows 1004 apart (no unit): exact."""
-    from multibackend.backends.triton.backend import d_unit
+    from multibackend.backends.triton.operands import d_unit
 
     gen = torch.Generator().manual_seed(31)
     a, b = _ints((17, 130), gen), _ints((130, 40), gen)
@@ -327,7 +327,7 @@ def _left_at_zero() -> bool:
 
 
 def _tma_splitk_call(a, b, c=None, *, tile=TMA_TILE, **kw):
-    from multibackend.backends.triton.backend import _tma_splitk_config
+    from multibackend.backends.triton.configs import _tma_splitk_config
 
     return _splitk(a, b, c, config=_tma_splitk_config(*tile), **kw)
 
@@ -388,7 +388,7 @@ def test_tma_splitk_paired_never_reads_what_it_did_not_write(deterministic):
     (3, True, "ordered"), (64, False, "atomic")])
 def test_tma_reduction_pairs_two_slices_and_sums_more_by_atomics_unless_deterministic(
         splits, deterministic_, want):
-    from multibackend.backends.triton.backend import tma_reduction
+    from multibackend.backends.triton.operands import tma_reduction
 
     assert tma_reduction(splits, deterministic_) == want
 
@@ -436,7 +436,7 @@ def test_tma_splitk_refuses_to_split_a_tile_of_two_blocks():
 
 
 def test_width_blocks_are_a_power_of_two_and_a_smaller_one():
-    from multibackend.backends.triton.backend import width_blocks
+    from multibackend.backends.triton.configs import width_blocks
 
     assert [width_blocks(w) for w in (64, 80, 96, 160, 192, 320)] == [
         (64, 0), (64, 16), (64, 32), (128, 32), (128, 64), (256, 64)]
@@ -482,7 +482,7 @@ def test_fused_splitk_offered_first_and_only_for_few_slices(monkeypatch):
     """Every tile is offered fused (one kernel) first where it has at most FUSED_MAX_SPLITS
     slices, and with the two-kernel reduction after; a deep-K product of one or two tiles
     cut into more slices than that gets the two-kernel reduction only."""
-    from multibackend.backends.triton.backend import FUSED_MAX_SPLITS
+    from multibackend.backends.triton.configs import FUSED_MAX_SPLITS
 
     _, offered = _gpu_configs(monkeypatch, synthetic(8, 4096, 4096))
     fused = [c for c in offered if c.get("FUSED")]
@@ -512,7 +512,7 @@ def test_tma_splitk_offered_first_for_skinny_and_few_tile_products(monkeypatch, 
     the tiles and their first TMA_SPLITK_SHORTLIST are in first-call autotuning's shortlist."""
     import triton
 
-    from multibackend.backends.triton.backend import (
+    from multibackend.backends.triton.configs import (
         TMA_SPLITK_MAX_SPLITS,
         TMA_SPLITK_MIN_STEPS,
         TMA_SPLITK_SHORTLIST,
@@ -557,7 +557,7 @@ def test_tma_descriptor_of_one_row_or_column_gets_strides_the_unit_takes(shape, 
                                                                          want):
     """A single row's row stride and a single column's column stride are never used: the
     descriptor states ones the TMA unit accepts; any other stride is kept."""
-    from multibackend.backends.triton.backend import _descriptor
+    from multibackend.backends.triton.operands import _descriptor
 
     base = torch.zeros(64 * 136, dtype=torch.float16)
     desc = _descriptor(base.as_strided(shape, strides), [16, 32])
@@ -566,7 +566,7 @@ def test_tma_descriptor_of_one_row_or_column_gets_strides_the_unit_takes(shape, 
 
 
 def test_tma_split_choice():
-    from multibackend.backends.triton.backend import tma_split
+    from multibackend.backends.triton.configs import tma_split
 
     assert tma_split(64, 16) == 2  # 1x4096x4096 in 16x64x256 tiles: one wave
     assert tma_split(16, 32) == 8  # N = 1024 in 16x64 tiles
@@ -582,7 +582,7 @@ def test_tma_stages_fill_shared_memory_on_one_wave_only():
     """One wave of programs: the deepest pipeline TMA_SPLITK_SMEM holds (at most
     TMA_SPLITK_MAX_STAGES); a larger grid: TMA_SPLITK_WAVES_STAGES, fewer where they do not
     fit; never under two."""
-    from multibackend.backends.triton.backend import (
+    from multibackend.backends.triton.configs import (
         TMA_SPLITK_MAX_STAGES,
         TMA_SPLITK_SMEM,
         TMA_SPLITK_WAVES_STAGES,
@@ -645,7 +645,7 @@ def test_tma_splitk_offers_two_block_tiles_only_for_a_fuller_single_wave(monkeyp
     well (512x4096 in 128 tiles of 128x128), or none fits one, it is not."""
     import triton
 
-    from multibackend.backends.triton.backend import width_blocks
+    from multibackend.backends.triton.configs import width_blocks
 
     m, n, _ = shape
     _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
@@ -669,7 +669,7 @@ def test_tma_splitk_offers_a_split_tile_unsplit_where_it_fills_a_quarter_wave(mo
     with fewer tiles only split."""
     import triton
 
-    from multibackend.backends.triton.backend import TMA_SPLITK_UNSPLIT_WAVE
+    from multibackend.backends.triton.configs import TMA_SPLITK_UNSPLIT_WAVE
 
     m, n, _ = shape
     _, offered = _tma_splitk(monkeypatch, synthetic(*shape))
@@ -689,7 +689,7 @@ def test_tma_splitk_tiles_at_their_deepest_fit_an_h100():
     """Every tile the TMA split-K candidates use, at the deepest pipeline
     :func:`tma_stages` gives it, compiles for sm_90 within an H100's shared memory: wgmma
     for 64 rows and more, mma.sync for fewer."""
-    from multibackend.backends.triton.backend import TMA_SPLITK_NARROW, TMA_SPLITK_WIDE, tma_stages
+    from multibackend.backends.triton.configs import TMA_SPLITK_NARROW, TMA_SPLITK_WIDE, tma_stages
 
     tiles = [(bm, bn, bk, warps) for bm in (16, 32, 64) for bn, bk, warps in TMA_SPLITK_NARROW]
     tiles += list(TMA_SPLITK_WIDE)
@@ -709,7 +709,7 @@ def test_splitk_fills_the_multiprocessors_for_a_decode_product(monkeypatch):
     slice at least SPLITK_MIN_STEPS BLOCK_K steps long, and no slice empty."""
     import triton
 
-    from multibackend.backends.triton.backend import SPLITK_MIN_STEPS
+    from multibackend.backends.triton.configs import SPLITK_MIN_STEPS
 
     _, offered = _gpu_configs(monkeypatch, synthetic(1, 4096, 4096))
     assert offered
@@ -722,7 +722,7 @@ def test_splitk_fills_the_multiprocessors_for_a_decode_product(monkeypatch):
 
 
 def test_split_k_choice():
-    from multibackend.backends.triton.backend import split_k
+    from multibackend.backends.triton.configs import split_k
 
     assert split_k(128, 32) == 2  # 2048^3 in 128x256 tiles: two waves of 16-step slices
     assert split_k(32, 16) == 4  # 1024^3 in 128x256 tiles: K allows 4 slices of 4 steps
@@ -848,7 +848,7 @@ def test_epilogue_unit_only_where_d_comes_in_16_bytes_that_specialization_hides(
     """D_UNIT: 16 bytes of D where N, D's base and strides come in whole 16 bytes and
     Triton's specialization (by 16) does not show it; 1 where it does (N = 1024), where a
     row stride is off the unit (1004) and for a column-major D."""
-    from multibackend.backends.triton.backend import d_unit
+    from multibackend.backends.triton.operands import d_unit
     from multibackend.io.request import matmul_call
 
     a, b = torch.ones((24, 32), dtype=dtype), torch.ones((32, n), dtype=dtype)
@@ -867,7 +867,7 @@ def test_epilogue_unit_with_c_only_where_c_comes_in_the_same_units(c_view, want)
     """With a C, D_UNIT rounds C's row and batch strides too: given only where they are
     whole units as well and C's base is 16-byte aligned (a bias broadcast over the rows,
     row stride 0, is); else 1."""
-    from multibackend.backends.triton.backend import d_unit
+    from multibackend.backends.triton.operands import d_unit
     from multibackend.io.request import matmul_call
 
     a, b = torch.ones((24, 32), dtype=torch.float16), torch.ones((32, 1000),
@@ -951,7 +951,7 @@ def _compile_splitk(kind: str, dtype: str, tile: tuple[int, ...]):
     pointer = dict(tile, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True, UPCAST=False,
                    WIDE_K=False, A_UNIT=1, A_COL=False, B_UNIT=1, B_COL=False)
     if kind.startswith("tma"):
-        from multibackend.backends.triton.backend import width_blocks
+        from multibackend.backends.triton.configs import width_blocks
 
         fn = kernels.matmul_tma_splitk_kernel
         block, extra = width_blocks(bn)

@@ -16,7 +16,8 @@ import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
 from multibackend.backends.triton import kernels
-from multibackend.backends.triton.backend import TMA_TILES, _tile_constexprs, d_by_tma
+from multibackend.backends.triton.configs import TMA_TILES
+from multibackend.backends.triton.operands import _tile_constexprs, d_by_tma
 from multibackend.core.config import Config
 from multibackend.core.problem import synthetic
 

@@ -238,17 +238,17 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
 
 #: the environment as os.environ holds it (encoded names and values), read directly on the
 #: hot path: os.environ.get encodes the name and decodes the value, a microsecond a name
-_ENVIRON = getattr(os.environ, "_data", None)
+ENVIRON = getattr(os.environ, "_data", None)
 _WATCHED = (ENV_BACKEND, ENV_TUNING, ENV_AUTOTUNE)
 _ENCODE = getattr(os.environ, "encodekey", str)
-_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY = map(_ENCODE, _WATCHED)
+BACKEND_KEY, TUNING_KEY, AUTOTUNE_KEY = map(_ENCODE, _WATCHED)
 
 
 def _watched_environment() -> tuple:
     """The (encoded) values of the environment variables dispatch reads."""
-    if isinstance(_ENVIRON, dict):
-        get = _ENVIRON.get
-        return get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY)
+    if isinstance(ENVIRON, dict):
+        get = ENVIRON.get
+        return get(BACKEND_KEY), get(TUNING_KEY), get(AUTOTUNE_KEY)
     return tuple(map(os.environ.get, _WATCHED))
 
 
@@ -276,9 +276,9 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
 #: no conversion), with the element counts of A and B below which (either one) it holds.
 #: The call checks the shapes itself; one it refuses takes the full path, which words the
 #: error.
-_FAMILIES: dict[tuple, tuple] = {}
+FAMILIES: dict[tuple, tuple] = {}
 
-_GENERATION = tables.generation_counter()
+GENERATION = tables.generation_counter()
 
 #: the first entry of a plain matmul's options (A and B only, every keyword at its default
 #: but ``backend``): its keys leave the defaults out
@@ -287,7 +287,7 @@ PLAIN = "matmul:plain"
 MISS = object()
 
 
-def _torch_key(options: Any, a: Any, b: Any, c: Any = None) -> tuple | None:
+def torch_key(options: Any, a: Any, b: Any, c: Any = None) -> tuple | None:
     """A torch product's family key (``options`` a backend name for a plain call, else the
     options tuple): the dtypes and ranks of A and B, the device, the watched environment
     and tables, and C's dtype and strides (row stride 0 for a bias broadcast over the rows:
@@ -296,9 +296,9 @@ def _torch_key(options: Any, a: Any, b: Any, c: Any = None) -> tuple | None:
     device = a.get_device()
     if device < 0:
         return None
-    get = _ENVIRON.get
-    key = (options, a.dtype, b.dtype, a.ndim, b.ndim, device, get(_BACKEND_KEY),
-           get(_TUNING_KEY), get(_AUTOTUNE_KEY), _GENERATION[0])
+    get = ENVIRON.get
+    key = (options, a.dtype, b.dtype, a.ndim, b.ndim, device, get(BACKEND_KEY),
+           get(TUNING_KEY), get(AUTOTUNE_KEY), GENERATION[0])
     return key if c is None else key + (c.dtype, c.stride())
 
 
@@ -309,13 +309,13 @@ def family_key(options: tuple, a: Any, b: Any, c: Any = None) -> tuple | None:
     looks up."""
     cls = a.__class__
     torch = sys.modules.get("torch")
-    if torch is not None and cls is torch.Tensor and isinstance(_ENVIRON, dict):
+    if torch is not None and cls is torch.Tensor and isinstance(ENVIRON, dict):
         if b.__class__ is not cls or (c is not None and c.__class__ is not cls):
             return None
-        return _torch_key(options[1] if options[0] == PLAIN else options, a, b, c)
+        return torch_key(options[1] if options[0] == PLAIN else options, a, b, c)
     cupy = sys.modules.get("cupy")
     if cupy is not None and cls is cupy.ndarray and b.__class__ is cls and c is None:
-        return (options, _watched_environment(), _GENERATION[0], "cupy", a.dtype, b.dtype,
+        return (options, _watched_environment(), GENERATION[0], "cupy", a.dtype, b.dtype,
                 a.ndim, b.ndim, a.device.id)
     return None
 
@@ -341,12 +341,12 @@ def front() -> Any:
     the compiled front)."""
     module = _COMPILED[0]
     if module is None:
-        module = fastcall.load() if isinstance(_ENVIRON, dict) else None
+        module = fastcall.load() if isinstance(ENVIRON, dict) else None
         if module is None:
             return served
         bind(module)
         _COMPILED[0] = module
-        for fam_key, found in list(_FAMILIES.items()):
+        for fam_key, found in list(FAMILIES.items()):
             _hand_over(fam_key, found)
     return module.serve
 
@@ -372,13 +372,13 @@ def dot_front() -> Any:
 def bind(module: Any) -> None:
     """Bind the compiled front to this module's Python front, MISS, environment and tables."""
     torch = sys.modules["torch"]
-    module.bind(served, MISS, _ENVIRON, (_BACKEND_KEY, _TUNING_KEY, _AUTOTUNE_KEY), _GENERATION,
+    module.bind(served, MISS, ENVIRON, (BACKEND_KEY, TUNING_KEY, AUTOTUNE_KEY), GENERATION,
                 getattr(torch._C, "_cuda_getCurrentRawStream", None))
 
 
 def _hand_over(fam_key: tuple, found: tuple) -> None:
     """Give the compiled front a family plan it can serve: a plain call's on torch tensors
-    (key of :func:`_torch_key`, without C) made by ``torch.mm`` or ``torch.matmul``."""
+    (key of :func:`torch_key`, without C) made by ``torch.mm`` or ``torch.matmul``."""
     module, op = _COMPILED[0], _torch_op(found[0])
     if module is None or op is None or len(fam_key) != 10 or not (
             fam_key[0] is None or isinstance(fam_key[0], str)):
@@ -401,7 +401,7 @@ def hand_over_exact(word: tuple[str, Any], a: Any, b: Any, produce: Any) -> None
         return
     if a.__class__ is not torch.Tensor or b.__class__ is not torch.Tensor:
         return
-    module.remember_exact(word[0], word[1], a, b, _watched_environment(), _GENERATION[0], op)
+    module.remember_exact(word[0], word[1], a, b, _watched_environment(), GENERATION[0], op)
 
 
 def hand_over_native(word: tuple[str, Any], a: Any, b: Any, launch: Native | None) -> None:
@@ -414,7 +414,7 @@ def hand_over_native(word: tuple[str, Any], a: Any, b: Any, launch: Native | Non
     if module is None or launch is None or not isinstance(word[0], str):
         return
     try:
-        module.remember_native(word[0], word[1], a, b, _watched_environment(), _GENERATION[0],
+        module.remember_native(word[0], word[1], a, b, _watched_environment(), GENERATION[0],
                                launch.d_dtype, launch.d_sizes, launch.context,
                                tuple(step.wire() for step in launch.steps), launch.keep)
     except RuntimeError:  # no libcuda.so.1 to launch from
@@ -437,7 +437,7 @@ def hand_over_native_arrays(word: tuple[str, Any], a: Any, b: Any,
     if module is None:
         return
     try:
-        module.remember_arrays(key, _watched_environment(), _GENERATION[0], launch.d_sizes,
+        module.remember_arrays(key, _watched_environment(), GENERATION[0], launch.d_sizes,
                                d_dtype, launch.d_dtype, launch.context,
                                tuple(step.wire() for step in launch.steps), launch.keep)
     except RuntimeError:  # no libcuda.so.1 to launch from
@@ -463,7 +463,7 @@ def hand_over_call_arrays(word: tuple[str, Any], a: Any, b: Any, produce: Any) -
         return
     key = array_key(word, ta, tb)
     if key is not None:
-        module.remember_array_call(key, _watched_environment(), _GENERATION[0], produce)
+        module.remember_array_call(key, _watched_environment(), GENERATION[0], produce)
 
 
 #: whether :func:`_arrays_front` has tried to load the compiled front for CuPy arrays
@@ -532,7 +532,7 @@ def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
     made by its family plan, or :data:`MISS` where none holds (or the op refused the
     arrays: the full path words the error). The hot path of every repeated plain call."""
     try:
-        found = _FAMILIES.get(_torch_key(backend, a, b, c))
+        found = FAMILIES.get(torch_key(backend, a, b, c))
         if found is not None and (a.numel() < found[1] or below(a, b, found)):
             return found[0](a, b) if c is None else made(found, a, b, c)
     except (RuntimeError, ValueError, TypeError, AttributeError):
@@ -540,124 +540,8 @@ def plain(a: Any, b: Any, c: Any, backend: Any) -> Any:
     return MISS
 
 
-#: the first entry of a linear layer's family key (:func:`linear`)
-LINEAR = "linear"
-
-
-def _linear_key(backend: Any, x: Any, bias: Any) -> tuple:
-    """A linear layer's family key: what its product's key (:func:`_torch_key`) holds that the
-    layer's input and bias fix (the product is 2-D whatever x's rank; the weight's dtype
-    and device are x's, or torch's layer refuses the call), the watched environment and
-    tables."""
-    get = _ENVIRON.get
-    return (LINEAR, backend, x.dtype, x.get_device(), None if bias is None else bias.dtype,
-            get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY), _GENERATION[0])
-
-
-def linear(x: Any, weight: Any, bias: Any, backend: Any) -> bool:
-    """Whether the family plan of a linear layer's product (x's rows @ weight.mT + bias
-    broadcast over the rows, :func:`remember_linear`) holds for these sizes: then dispatch
-    runs that product on cuBLAS, and ``torch.nn.functional.linear`` makes the layer's
-    result, views and all, in one call (which refuses what matmul would: the caller then
-    takes matmul's path, which words the error). The hot path of
-    :func:`multibackend.nn.linear`."""
-    return _linear_family(x, weight, bias, backend) is not None
-
-
-def _linear_family(x: Any, weight: Any, bias: Any, backend: Any) -> tuple | None:
-    """The family plan :func:`linear` asks about, where it holds for these sizes."""
-    try:
-        found = _FAMILIES.get(_linear_key(backend, x, bias))
-        if found is None:
-            return None
-        elements = x.numel()
-        if (elements < found[1] or weight.numel() < found[2]
-                or elements // x.shape[-1] < found[3] or weight.shape[0] < found[4]
-                or weight.shape[1] < found[5]):
-            return found
-    except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
-            ZeroDivisionError):
-        pass
-    return None
-
-
 #: how many times :func:`forget` ran: a layer's memo made before the last time is stale
-_FORGOTTEN = [0]
-
-
-def _stale() -> None:
-    """What a copied or unpickled :class:`LayerPlan` becomes: none (the copy plans afresh)."""
-    return None
-
-
-class LayerPlan:
-    """One layer's memo of the family plan that served its last call (:func:`layer_plan`):
-    the objects that call was served under — x's dtype and device, the weight and bias
-    themselves, the backend name, the watched environment's values, the tables'
-    generation and how many times :func:`forget` ran — compared by identity on the next call (:meth:`holds`), and the plan's
-    bounds on x's size (its bounds on the weight's decided once). Cheaper than the family
-    key's lookup, which builds and hashes a tuple on every call; a layer inside a model pays
-    that in cache misses between its calls."""
-
-    __slots__ = ("dtype", "device", "weight", "bias", "backend", "environment", "generation",
-                 "forgotten", "weight_within", "elements", "rows")
-
-    def __init__(self, x: Any, weight: Any, bias: Any, backend: Any, found: tuple) -> None:
-        get = _ENVIRON.get
-        self.dtype, self.device = x.dtype, x.get_device()
-        self.weight, self.bias, self.backend = weight, bias, backend
-        self.environment = (get(_BACKEND_KEY), get(_TUNING_KEY), get(_AUTOTUNE_KEY))
-        self.generation, self.forgotten = _GENERATION[0], _FORGOTTEN[0]
-        self.weight_within = (weight.numel() < found[2] or weight.shape[0] < found[4]
-                              or weight.shape[1] < found[5])
-        self.elements, self.rows = found[1], found[3]
-
-    def holds(self, x: Any, weight: Any, bias: Any, backend: Any) -> bool:
-        """Whether this call is served as the one the memo was made for: the same objects
-        (a changed environment variable is a new value object), and x within the bounds."""
-        get = _ENVIRON.get
-        environment = self.environment
-        try:
-            if not (x.dtype is self.dtype and weight is self.weight and bias is self.bias
-                    and backend is self.backend and get(_BACKEND_KEY) is environment[0]
-                    and get(_TUNING_KEY) is environment[1]
-                    and get(_AUTOTUNE_KEY) is environment[2]
-                    and _GENERATION[0] == self.generation
-                    and _FORGOTTEN[0] == self.forgotten and x.get_device() == self.device):
-                return False
-            if self.weight_within:
-                return True
-            elements = x.numel()
-            return elements < self.elements or elements // x.shape[-1] < self.rows
-        except (RuntimeError, TypeError, AttributeError, IndexError, ZeroDivisionError):
-            return False
-
-    def __reduce__(self) -> tuple:
-        return _stale, ()
-
-    def __deepcopy__(self, memo: dict) -> None:
-        return None
-
-
-def layer_plan(x: Any, weight: Any, bias: Any, backend: Any) -> LayerPlan | None:
-    """A layer's memo (:class:`LayerPlan`) where the family plan of its product holds for
-    this call (:func:`linear`), else None."""
-    found = _linear_family(x, weight, bias, backend)
-    if found is None or not isinstance(_ENVIRON, dict):
-        return None
-    try:
-        return LayerPlan(x, weight, bias, backend, found)
-    except (RuntimeError, TypeError, AttributeError, IndexError):
-        return None
-
-
-def remember_linear(x: Any, weight: Any, bias: Any, backend: Any, rows: Any, c: Any) -> None:
-    """After a linear layer's product ran through ``matmul(rows, weight.mT, c)``: where that
-    made a family plan (for a device tensor x, with a weight of x's dtype and, if any, a
-    bias vector), :func:`linear` serves the layer's later calls by it."""
-    found = _FAMILIES.get(_torch_key(backend, rows, weight, c))  # weight: weight.mT's key
-    if found is not None and weight.dtype == x.dtype and (bias is None or bias.ndim == 1):
-        remember_family(_linear_key(backend, x, bias), found[0], found[1:])
+FORGOTTEN = [0]
 
 
 def made(found: tuple, a: Any, b: Any, c: Any) -> Any:
@@ -691,13 +575,13 @@ def _size(array: Any) -> int:
 #: under a family key whose A or B holds fewer elements, or whose M, N or K is smaller, than
 #: those bounds; None where there is none
 #: (the dict's own lookup: this is the hot path of every repeated plain call)
-family = _FAMILIES.get
+family = FAMILIES.get
 
 
 def remember_family(fam_key: tuple, produce: Any, limits: tuple[float, ...]) -> None:
-    if len(_FAMILIES) >= LIMIT:
-        _FAMILIES.clear()
-    _FAMILIES[fam_key] = found = (produce, *limits)
+    if len(FAMILIES) >= LIMIT:
+        FAMILIES.clear()
+    FAMILIES[fam_key] = found = (produce, *limits)
     _hand_over(fam_key, found)
 
 
@@ -715,7 +599,7 @@ def forget() -> None:
     """Drop every remembered plan (after the registry or environment changed), layers'
     memos included."""
     _PLANS.clear()
-    _FAMILIES.clear()
-    _FORGOTTEN[0] += 1
+    FAMILIES.clear()
+    FORGOTTEN[0] += 1
     if _COMPILED[0] is not None:
         _COMPILED[0].forget()

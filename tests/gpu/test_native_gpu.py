@@ -212,15 +212,15 @@ def test_a_repeated_tma_raw_wmma_call_is_launched_by_the_front():
     """x @ W.T on sm_90a takes the TMA-fed kernel: from the third call on the front launches it,
     replacing its tensor maps' addresses with the operands' (other operands, a side stream, a
     graph whose capture holds the maps of the captured operands)."""
-    from multibackend.backends.raw_wmma import backend as rw
+    from multibackend.backends.raw_wmma import kernels as rw_kernels
 
     _available("raw_wmma")
-    if torch.cuda.get_device_capability() != rw.WGMMA_CC:
+    if torch.cuda.get_device_capability() != rw_kernels.WGMMA_CC:
         pytest.skip("the TMA kernels need sm_90a")
     module = _front()
     m, n, k = 300, 520, 264
     a, w = _rand((m, k), seed=21), _rand((n, k), seed=22)
-    assert mb.explain(a, w.T, backend="raw_wmma").config.name == next(iter(rw.TMA_TILES))
+    assert mb.explain(a, w.T, backend="raw_wmma").config.name == next(iter(rw_kernels.TMA_TILES))
     first = mb.matmul(a, w.T, backend="raw_wmma")
     mb.matmul(a, w.T, backend="raw_wmma")
     served = module.stats()[2]
@@ -256,7 +256,7 @@ TRITON_TMA = {"unsplit": ("tma_splitk", (64, 128, 64, 1, 4, 4)),
 
 
 def _triton_tma_config(name):
-    from multibackend.backends.triton import backend as tb
+    from multibackend.backends.triton import configs as tb
 
     kind, tile = TRITON_TMA[name]
     return tb._tma_splitk_config(*tile) if kind == "tma_splitk" else tb._tma_config(tile)

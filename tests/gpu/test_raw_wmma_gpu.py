@@ -22,6 +22,7 @@ pytest.importorskip("cupy")
 
 import multibackend  # noqa: E402
 from multibackend.backends.raw_wmma import backend as rw
+from multibackend.backends.raw_wmma import kernels as rw_kernels
 from multibackend.core import packing
 from multibackend.core.problem import synthetic, synthetic_dot
 from multibackend.gpu import cache, nvrtc
@@ -128,7 +129,7 @@ def compiled_kernels():
     for t, layouts, name in PLAN:
         problem = _problem(t, layouts)
         config = next(c for c in BACKEND.configs(problem) if c.name == name)
-        kernel = rw.kernel_for(problem, config)
+        kernel = rw_kernels.kernel_for(problem, config)
         jobs.add((kernel.source, kernel.name, arch + kernel.arch_suffix))
     for kind in ("s4", "u4", "b1xor", "b1and"):
         jobs.add(("wmma_subbyte.cu", f"rw_gemm_{kind}_s32_8x8x{128 if kind[0] == 'b' else 32}",
@@ -177,16 +178,16 @@ def test_ptx_mma_kernel_on_large_ragged_shapes(t):
     """The K-major mma.sync and (on sm_90a) wgmma and TMA-fed wgmma kernels over many
     k-tiles, ragged in M, N and K, with and without C; the first of them is the backend's
     default for A row-major and B column-major."""
-    kind = rw.MMA_KINDS[t[0]]
-    if kind in rw.MMA_SM90 and _cc() < (9, 0):
+    kind = rw_kernels.MMA_KINDS[t[0]]
+    if kind in rw_kernels.MMA_SM90 and _cc() < (9, 0):
         pytest.skip(f"{kind} mma.sync needs sm_90")
     dtype, out, acc, precision = t
     problem = synthetic(200, 264, 144, dtype, b_layout="col", out_dtype=out, acc=acc,
                         precision=precision, cc=_cc())
     configs = [c.name for c in BACKEND.configs(problem)]
-    wgmma = kind in rw.WGMMA_KINDS and _cc() == rw.WGMMA_CC
-    tiles = [*(rw.TMA_TILES if wgmma else ()), *(rw.WGMMA_TILES if wgmma else ()),
-             *rw.MMA_TILES[kind]]
+    wgmma = kind in rw_kernels.WGMMA_KINDS and _cc() == rw_kernels.WGMMA_CC
+    tiles = [*(rw_kernels.TMA_TILES if wgmma else ()), *(rw_kernels.WGMMA_TILES if wgmma else ()),
+             *rw_kernels.MMA_TILES[kind]]
     assert configs[0] == tiles[0] if wgmma or kind not in ("f16", "bf16") else \
         configs[0].startswith("fast_")
     pad = 16 // _torch_dtype(t[0]).itemsize
@@ -293,7 +294,7 @@ DOT_SIZES = [1, 7, 8, 9, 1000, 4097, (1 << 20) + 3]
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("form", ["contiguous", "offset", "strided"])
-@pytest.mark.parametrize("config", list(rw.BLOCKS_PER_SM))
+@pytest.mark.parametrize("config", list(rw_kernels.BLOCKS_PER_SM))
 def test_dot(dtype, form, config):
     tdt = _torch_dtype(dtype)
     for n in DOT_SIZES:
@@ -340,13 +341,13 @@ def _b1_operands(m, n, kbytes, batch, gen):
     return a[..., :kbytes], b[:, :kbytes].T
 
 
-@pytest.mark.parametrize("config", [*rw.MMA_TILES["b1and"], *rw.WGMMA_TILES, *rw.TMA_TILES])
+@pytest.mark.parametrize("config", [*rw_kernels.MMA_TILES["b1and"], *rw_kernels.WGMMA_TILES, *rw_kernels.TMA_TILES])
 def test_ptx_b1_kernel_exact_with_and_without_c(config):
     from multibackend.choose.dispatch import decide
     from multibackend.io.request import matmul_call
     from multibackend.run.execute import execute
 
-    if (config in rw.WGMMA_TILES or config in rw.TMA_TILES) and _cc() != rw.WGMMA_CC:
+    if (config in rw_kernels.WGMMA_TILES or config in rw_kernels.TMA_TILES) and _cc() != rw_kernels.WGMMA_CC:
         pytest.skip("wgmma needs sm_90a")
     gen = torch.Generator().manual_seed(len(config))
     for m, n, kbytes, batch in B1_SHAPES:
@@ -356,9 +357,9 @@ def test_ptx_b1_kernel_exact_with_and_without_c(config):
         d = poisoned((batch, m, n), torch.int32, DEVICE)
         call = matmul_call(a, b, None, alpha=1, beta=0, out=d, out_dtype="int32",
                            acc_dtype="int32", packed="bit", bitop="and", op="binary_matmul")
-        assert rw.mma_eligible(call.problem) is None, call.problem.describe()
-        if config in rw.TMA_TILES and batch > 1:  # B is shared by the batch: refused
-            assert "batch stride 0" in rw.tma_eligible(call.problem)
+        assert rw_kernels.mma_eligible(call.problem) is None, call.problem.describe()
+        if config in rw_kernels.TMA_TILES and batch > 1:  # B is shared by the batch: refused
+            assert "batch stride 0" in rw_kernels.tma_eligible(call.problem)
             continue
         chosen = next(c for c in BACKEND.configs(call.problem) if c.name == config)
         execute(call, decide(call.problem, "raw_wmma", chosen))
@@ -383,7 +384,7 @@ def test_binary_matmul_and_takes_the_ptx_kernel_for_aligned_operands():
     call = matmul_call(a, b, None, alpha=1, beta=0, out_dtype="int32", acc_dtype="int32",
                        packed="bit", bitop="and", op="binary_matmul")
     chosen = multibackend.explain(call.problem, backend="raw_wmma").config
-    first = rw.TMA_TILES if _cc() == rw.WGMMA_CC else rw.MMA_TILES["b1and"]
+    first = rw_kernels.TMA_TILES if _cc() == rw_kernels.WGMMA_CC else rw_kernels.MMA_TILES["b1and"]
     assert chosen.name == next(iter(first))
     d = multibackend.binary_matmul(a, b, op="and", backend="raw_wmma")
     ref = packing.reference_packed(synthetic(200, 300, 4096, "bit", bitop="and"), a, b)

@@ -129,7 +129,7 @@ def test_tma_splitk_in_two_slices_gives_the_same_bits_every_run(shape, tile):
     """Two slices paired (the first shorter), deterministic algorithms off: every call and
     every replay of a graph the same bits on random operands, within float32's bound for a
     K-long sum of the float64 product (K * 2^-24 * (|A| @ |B|)), counters left at zero."""
-    from multibackend.backends.triton.backend import _tma_splitk_config
+    from multibackend.backends.triton.configs import _tma_splitk_config
     from multibackend.choose.registry import REGISTRY
 
     m, n, k = shape
@@ -226,7 +226,7 @@ def test_tma_splitk_graph_on_a_new_stream_takes_sums_spanning_chunks_from_the_po
     from the pool, already zero (a buffer of the stream's own would be zeroed by a memset
     node replayed with the graph on every run); its replays stay exact and leave the sums at
     zero."""
-    from multibackend.backends.triton import backend as triton_module
+    from multibackend.backends.triton import configs as triton_module
     from multibackend.backends.triton.buffers import TileCounters
     from multibackend.choose.registry import REGISTRY
 

@@ -1,0 +1,125 @@
+"""The raw WMMA launches' arguments: grids, strides, the epilogue's scalars, TMA tensor maps
+and the dot's two passes, computed from a problem and its operands."""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from multibackend.backends.raw_wmma.kernels import (
+    BLOCKS_PER_SM,
+    DOT_THREADS,
+    DOT_UNROLL,
+    ELEM_CODES,
+    MAX_GRID_Y,
+    Kernel,
+)
+from multibackend.core.config import Config, Operands
+from multibackend.core.problem import Problem
+from multibackend.gpu import driver, tensormap
+
+# ---- launch arguments ---------------------------------------------------------------------
+
+def _strides3(t: Any) -> tuple[int, int, int]:
+    """A 2-D or 3-D operand's (batch, row, column) strides; 0 as the batch stride of 2-D."""
+    s = t.stride()
+    return s if len(s) == 3 else (0, *s)
+
+
+def gemm_c(problem: Problem, ops: Operands) -> Any:
+    """The C operand the kernel reads, or None (no C, or beta = 0)."""
+    return ops.c if (ops.c is not None and problem.has_c and ops.beta != 0) else None
+
+
+def gemm_grid(problem: Problem, kernel: Kernel) -> tuple[int, int, int]:
+    """The grid of a GEMM kernel: x over the output tiles (for a TMA kernel whose clusters
+    share B, whole clusters along M), y over the batch (each block loops over the batch
+    entries beyond MAX_GRID_Y)."""
+    bm, bn = kernel.tile
+    rows = -(-problem.m // bm)
+    if kernel.tma_boxes:
+        cluster = bn // kernel.tma_boxes[1]
+        rows = -(-rows // cluster) * cluster
+    return rows * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
+
+
+def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str, int | float]:
+    """The value of each parameter of ``kernel`` (named as in :data:`GEMM_PARAMS`) for the
+    operands ``ops``, which may be 2-D (batch 1) or 3-D."""
+    a, b, d = ops.a, ops.b, ops.d
+    c = gemm_c(problem, ops)
+    sa, sb = _strides3(a), _strides3(b)
+    sc = _strides3(c) if c is not None else (0, 0, 0)
+    code = ELEM_CODES[problem.d_dtype]  # C has D's dtype
+    values: dict[str, int | float] = {
+        "a": a.data_ptr(), "b": b.data_ptr(), "c": c.data_ptr() if c is not None else 0,
+        "d": d.data_ptr(), "M": problem.m, "N": problem.n,
+        "scm": sc[1], "scn": sc[2], "sba": sa[0], "sbb": sb[0], "sbc": sc[0],
+        "batch": problem.batch, "alpha": float(ops.alpha), "beta": float(ops.beta),
+        "c_code": code, "d_code": code}
+    if kernel.tma_boxes:
+        del values["a"], values["b"], values["sba"], values["sbb"]
+        values["kbytes"] = a.shape[-1] * a.element_size()
+    elif kernel.source == "wmma_fast.cu":
+        values.update(
+            K=problem.k, lda=sa[1] if problem.a.layout == "row" else sa[2],
+            ldb=sb[1] if problem.b.layout == "row" else sb[2],
+            vec_ok=int(problem.d_dtype == problem.in_dtype and problem.n % 8 == 0
+                       and d.data_ptr() % 16 == 0))
+    else:
+        values.update(sam=sa[1], sak=sa[2], sbk=sb[1], sbn=sb[2], satf=int(problem.saturate))
+        if kernel.source in ("wmma_subbyte.cu", "mma_kmajor.cu"):
+            values["kbytes"] = a.shape[-1] * a.element_size()
+        else:
+            values["K"] = problem.k
+    return values
+
+
+def tensor_maps(problem: Problem, ops: Operands,
+                kernel: Kernel) -> tuple[tensormap.TensorMap, tensormap.TensorMap]:
+    """The tensor maps of A (M rows of K bytes) and B (N columns of K bytes) a TMA kernel
+    reads, with its boxes' rows."""
+    a, b = ops.a, ops.b
+    sa, sb = _strides3(a), _strides3(b)
+    kbytes, size = a.shape[-1] * a.element_size(), a.element_size()
+    box_a, box_b = kernel.tma_boxes
+    return (tensormap.TensorMap("A", a.data_ptr(), kbytes, problem.m, sa[1] * size,
+                                problem.batch, sa[0] * size, box_a),
+            tensormap.TensorMap("B", b.data_ptr(), kbytes, problem.n, sb[2] * size,
+                                problem.batch, sb[0] * size, box_b))
+
+
+def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple[bool, int]:
+    """(whether pass 1 reads 16-byte vectors, its number of blocks) for ``ops`` on a device
+    of ``sms`` multiprocessors."""
+    x, y = ops.a, ops.b
+    vec = (x.stride(0) == 1 and y.stride(0) == 1 and x.data_ptr() % 16 == 0
+           and y.data_ptr() % 16 == 0)
+    per_step = 16 // x.element_size() if vec else 1
+    wanted = -(-problem.k // (DOT_THREADS * per_step * DOT_UNROLL))
+    return vec, max(1, min(BLOCKS_PER_SM[config.name] * sms, wanted))
+
+
+def dot_arguments(problem: Problem, ops: Operands, partial: int,
+                  blocks: int) -> tuple[dict[str, int], dict[str, int]]:
+    """The values of the parameters of dot's pass 1 (:data:`DOT_PARAMS`) and pass 2
+    (:data:`DOT_FINAL_PARAMS`), ``partial`` the address of the block partials."""
+    x, y = ops.a, ops.b
+    first = {"x": x.data_ptr(), "sx": x.stride(0), "y": y.data_ptr(), "sy": y.stride(0),
+             "n": problem.k, "partial": partial}
+    final = {"partial": partial, "count": blocks, "out": ops.d.data_ptr(),
+             "d_code": ELEM_CODES[problem.d_dtype]}
+    return first, final
+
+
+# ---- the backend ------------------------------------------------------------------------
+
+#: a prepared launch: (a, b, c, d, stream) -> None (see Backend.bind)
+BoundLaunch = Callable[[Any, Any, Any, Any, int], None]
+
+
+class DotLaunch(NamedTuple):
+    """The dot's two passes as :meth:`RawWmmaBackend.bind` prepared them, and ``partial``:
+    the address of the block partials' buffer for a raw stream handle."""
+
+    first: driver.Launch
+    final: driver.Launch
+    partial: Callable[[int], int]
