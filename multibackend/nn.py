@@ -21,6 +21,7 @@ module objects, parameters, buffers and hooks: only their class changes, as
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -44,12 +45,20 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     ``torch.nn.functional.linear`` itself: the same cuBLAS call the planned product makes,
     without building its views."""
     traced = _compiling()
-    if not traced and layers.linear(x, weight, bias, backend):
+    if not traced and (layers.linear(x, weight, bias, backend) or _host_auto(x, backend)):
         try:
             return _F_LINEAR(x, weight, bias)
         except RuntimeError:  # refused (shapes, dtypes, devices): matmul words the error
             pass
     return _planned_linear(x, weight, bias, backend, traced)
+
+
+def _host_auto(x: torch.Tensor, backend: str | None) -> bool:
+    """Whether a layer's input is a host tensor under ``auto`` with no GPU kernel to run it
+    (Triton's interpreter off): torch's own layer answers it, as the unpatched model would (a
+    backend named explicitly still runs it)."""
+    return (backend in (None, "auto") and x.device.type == "cpu"
+            and os.environ.get("TRITON_INTERPRET") != "1")
 
 
 def _planned_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -90,7 +99,7 @@ class Linear(torch.nn.Linear):
         served = self._served
         if served is None or not served.holds(input, weight, bias, backend):
             served = self._served = layers.layer_plan(input, weight, bias, backend)
-        if served is not None:
+        if served is not None or _host_auto(input, backend):
             try:
                 return _F_LINEAR(input, weight, bias)
             except RuntimeError:  # refused (shapes, dtypes, devices): matmul words the error

@@ -151,7 +151,8 @@ def test_no_backend_error_lists_every_reason():
     p = synthetic(64, 64, 64, "float8_e4m3fn", cc=(7, 0))
     with pytest.raises(UnsupportedProblem) as info:
         decide(p)
-    assert [r.backend for r in info.value.reasons] == ["cublas", "triton", "raw_wmma", "cutlass"]
+    assert [r.backend for r in info.value.reasons] == ["cublas", "triton", "raw_wmma", "cutlass",
+                                                      "host"]
     assert "sm_89+" in str(info.value)
     assert mb.explain(p).backend is None
 

@@ -267,7 +267,7 @@ def test_a_layers_family_plan_holds_only_where_its_products_does(monkeypatch):
     tensors make no family plans: the product's key here counts them as on a GPU.)"""
     from multibackend.run import layers, plans
 
-    monkeypatch.setattr(plans, "_torch_key", lambda options, a, b, c=None: (
+    monkeypatch.setattr(plans, "torch_key", lambda options, a, b, c=None: (
         options, a.dtype, b.dtype, a.ndim, b.ndim,
         None if c is None else (c.dtype, c.stride())))
     plans.forget()

@@ -22,7 +22,8 @@ Resolution order — the one place it is written:
 6. cuBLAS, as torch calls it: the baseline, which ``auto`` never does worse than.
 7. Where cuBLAS cannot run the problem (packed sub-byte operands, saturation, f16
    accumulation, tf32x3...), the first backend in :data:`FALLBACK_ORDER` that is available
-   and supports it.
+   and supports it; last among them ``host``, torch's own CPU product, which takes host
+   arrays on a machine without a GPU (Triton's interpreter, when on, comes first).
 8. Otherwise an error listing every backend with the reason it was refused.
 
 :func:`decide` returns a :class:`Decision` holding the choice, the rule that made it (with the
@@ -42,8 +43,9 @@ from multibackend.core.names import BASELINE, ENV_BACKEND
 from multibackend.core.problem import Problem
 
 #: where cuBLAS cannot run a problem: Triton (autotuned, compiles in seconds) ahead of raw
-#: WMMA, CUTLASS (tens of seconds of nvcc on first use) after
-FALLBACK_ORDER = ("triton", "raw_wmma", "cutlass")
+#: WMMA, CUTLASS (tens of seconds of nvcc on first use) after; the host backend last (host
+#: arrays where no GPU runs them)
+FALLBACK_ORDER = ("triton", "raw_wmma", "cutlass", "host")
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,9 @@ def decide(problem: Problem, backend: str | None = None, config: Config | None =
             chosen = registry.get(name)
             detail = (f"cuBLAS cannot run it; first available backend that supports it in "
                       f"{FALLBACK_ORDER}{aside}")
+            if name == "host":
+                detail = ("no GPU runs these host arrays: torch's own CPU product answers "
+                          f"them (TRITON_INTERPRET=1 runs the Triton kernels instead){aside}")
             return Decision(problem, name, config or chosen.default_config(problem),
                             "fallback", detail, verdicts)
     reasons = [v.reason for v in verdicts]
