@@ -445,7 +445,7 @@ def test_the_ceiling_benchmark_launches_every_probe_as_its_name_says():
     ceiling."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_raw_wmma_ceiling.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_raw_wmma_ceiling.py"
     spec = importlib.util.spec_from_file_location("gpu_raw_wmma_ceiling", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

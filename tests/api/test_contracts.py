@@ -10,7 +10,6 @@ import os
 import numpy as np
 import pytest
 import torch
-from helpers import DLPackOnly, poisoned, random_tensor
 
 import multibackend as mb
 from multibackend.choose import tables as tuning
@@ -26,6 +25,7 @@ from multibackend.core.errors import (
 from multibackend.gpu import cache
 from multibackend.io.request import matmul_call
 from multibackend.run import fastcall
+from tests.helpers import DLPackOnly, poisoned, random_tensor
 
 interpreter_only = pytest.mark.skipif(torch.cuda.is_available(),
                                       reason="runs Triton's interpreter on host tensors")

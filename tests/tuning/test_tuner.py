@@ -908,7 +908,7 @@ def _benchmark_module(name: str):
     import pathlib
 
     spec = importlib.util.spec_from_file_location(
-        name, pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py")
+        name, pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

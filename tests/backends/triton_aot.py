@@ -2,9 +2,9 @@
 holds as JSON. Run in a child process by the CPU tests, because the interpreter switch that
 the rest of the CPU tier uses must not be set when kernels are compiled for real.
 
-    python tests/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
+    python tests/backends/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
         pointer_{a|b}_{row|col}_8s_{unit|plain}} {float16|bfloat16}
-    python tests/triton_aot.py float32 {ieee|tf32|tf32x3}
+    python tests/backends/triton_aot.py float32 {ieee|tf32|tf32x3}
 """
 from __future__ import annotations
 

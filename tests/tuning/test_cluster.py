@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tuning import FakeRegistry, ScriptedBackend, ScriptedTimer, tune_fake
 
 from multibackend import cli
 from multibackend.choose import tables
 from multibackend.core.errors import InvalidArgument
 from multibackend.tuning import runner, tuner
+from tests.tuning.test_tuner import FakeRegistry, ScriptedBackend, ScriptedTimer, tune_fake
 
 distributed = pytest.importorskip("distributed", reason="Dask is the cluster extra: "
                                                         "pip install 'multibackend[cluster]'")
@@ -283,7 +283,7 @@ class NoDask(importlib.machinery.PathFinder):
         return super().find_spec(name, path, target)
 sys.meta_path = [NoDask if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 from multibackend import InvalidArgument
-from test_tuning import FakeRegistry, ScriptedBackend, ScriptedTimer, tune_fake
+from tests.tuning.test_tuner import FakeRegistry, ScriptedBackend, ScriptedTimer, tune_fake
 registry = FakeRegistry([ScriptedBackend("cublas", {"eager": 1.0, "graph": 1.0}),
                          ScriptedBackend("fast", {"eager": 0.5, "graph": 0.5})])
 table = tune_fake(registry, ScriptedTimer())
@@ -301,7 +301,7 @@ print("ok")
 
 
 def test_without_dask_nothing_imports_it_and_one_process_tunes():
-    tests = Path(__file__).resolve().parent
+    tests = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tests), str(tests.parent)]))
     done = subprocess.run([sys.executable, "-c", WITHOUT_DASK], env=env, cwd=tests,
                           capture_output=True, text=True, timeout=120)
@@ -329,7 +329,7 @@ def benchmark_script():
     """benchmarks/gpu_tune_cluster.py as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_tune_cluster.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_tune_cluster.py"
     spec = importlib.util.spec_from_file_location("gpu_tune_cluster", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

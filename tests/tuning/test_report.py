@@ -15,7 +15,7 @@ from multibackend import cli
 from multibackend.core.errors import InvalidArgument
 from multibackend.report import bars, load, plot, report
 
-SAMPLE = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "sample"
+SAMPLE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "sample"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -154,7 +154,7 @@ def test_benchmark_gate_marks_only_the_benchmarks():
     root = SAMPLE.parents[2]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not gpu",
-         "-p", "no:cacheprovider", "tests/test_packing.py", "benchmarks/test_bench_overhead.py"],
+         "-p", "no:cacheprovider", "tests/core/test_packing.py", "benchmarks/test_bench_overhead.py"],
         cwd=root, capture_output=True, text=True, timeout=300)
     collected = [line for line in done.stdout.splitlines() if "::" in line]
-    assert collected and all(line.startswith("tests/test_packing.py::") for line in collected)
+    assert collected and all(line.startswith("tests/core/test_packing.py::") for line in collected)
