@@ -27,7 +27,12 @@ It is built against the installed torch, on first use, with the C++ compiler (``
 Python's version; concurrent processes build it once (a lock), and the library is written
 atomically. A failed build is recorded beside it with the compiler's output and not retried
 for that key with that compiler (:func:`status` says why); an unusable cache directory leaves
-the front off. ``MULTIBACKEND_FASTCALL=0``, set before the first
+the front off.
+
+Every plan the front holds is dropped at interpreter exit (the module registers its
+``forget`` with :mod:`atexit`), while the Python objects a plan keeps alive can still be
+released: the front never releases one from a C++ static destructor, which runs after the
+interpreter has finalized. ``MULTIBACKEND_FASTCALL=0``, set before the first
 ``matmul`` of torch tensors (which picks the front), turns it off. Without it every call takes
 the Python path, which gives the same results. Unlike torch's bindings, the front keeps the GIL
 through the op (see ``run`` in the source).
