@@ -178,8 +178,15 @@ struct Exact {
   std::shared_ptr<Native> native;  // set where made.op is NATIVE
 };
 
-std::vector<Family> families;
-std::unordered_map<uint64_t, std::vector<Exact>> exact;  // by exact_hash
+// The plans own Python objects (a native plan's `keep`, released by ~Native), so they are released
+// only while the interpreter runs: by `forget`, which the module registers with Python's atexit
+// (so every plan is dropped before the interpreter finalizes), never by a destructor of static
+// storage, which runs at the process's exit() after the interpreter is gone (a Py_DECREF there
+// deallocates into freed interpreter state). The containers are therefore made once and never
+// destroyed; plans remembered after atexit ran (a daemon thread's calls) stay, unreleased.
+std::vector<Family>& families = *new std::vector<Family>();
+std::unordered_map<uint64_t, std::vector<Exact>>& exact =  // by exact_hash
+    *new std::unordered_map<uint64_t, std::vector<Exact>>();
 size_t exact_count = 0;
 const Exact* last_exact = nullptr;  // the exact plan found last (null after any change to them)
 PyObject* fallback = nullptr;  // a call with C: fallback(A, B, C, backend, autotune, options)
@@ -1517,5 +1524,19 @@ PyMODINIT_FUNC PyInit__fastcall() {
       dtype_name == nullptr || shape_name == nullptr || strides_name == nullptr ||
       itemsize_name == nullptr)
     return nullptr;
-  return PyModule_Create(&module);
+  PyObject* created = PyModule_Create(&module);
+  if (created == nullptr) return nullptr;
+  // every plan dropped at interpreter exit, while the objects they hold can still be released
+  PyObject* at_exit = PyImport_ImportModule("atexit");
+  PyObject* drop_all = at_exit != nullptr ? PyObject_GetAttrString(created, "forget") : nullptr;
+  PyObject* registered =
+      drop_all != nullptr ? PyObject_CallMethod(at_exit, "register", "O", drop_all) : nullptr;
+  Py_XDECREF(at_exit);
+  Py_XDECREF(drop_all);
+  if (registered == nullptr) {
+    Py_DECREF(created);
+    return nullptr;
+  }
+  Py_DECREF(registered);
+  return created;
 }

@@ -23,11 +23,19 @@ for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty
 cuBLAS products it launches as ``cublasGemmEx`` itself.
 
 It is built against the installed torch, on first use, with the C++ compiler (``$CXX``, else
-``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location and
-Python's version; concurrent processes build it once (a lock), and the library is written
-atomically. A failed build is recorded beside it with the compiler's output and not retried
-for that key with that compiler (:func:`status` says why); an unusable cache directory leaves
-the front off. ``MULTIBACKEND_FASTCALL=0``, set before the first
+``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location,
+the flags torch's headers need (:func:`torch_flags`: the C++ standard and libstdc++ ABI torch
+says it was built with, so a torch whose headers need C++20 gets ``-std=c++20``) and Python's
+version; concurrent processes build it once (a lock), and the library is written atomically,
+with a record of the torch version, compiler and flags it was built with beside it
+(:func:`build_record`; :func:`status` and ``python -m multibackend info`` say them). A failed
+build is recorded beside it with the compiler's output and not retried for that key with that
+compiler (:func:`status` says why); an unusable cache directory leaves the front off.
+
+Every plan the front holds is dropped at interpreter exit (the module registers its
+``forget`` with :mod:`atexit`), while the Python objects a plan keeps alive can still be
+released: the front never releases one from a C++ static destructor, which runs after the
+interpreter has finalized. ``MULTIBACKEND_FASTCALL=0``, set before the first
 ``matmul`` of torch tensors (which picks the front), turns it off. Without it every call takes
 the Python path, which gives the same results. Unlike torch's bindings, the front keeps the GIL
 through the op (see ``run`` in the source).
@@ -35,9 +43,12 @@ through the op (see ``run`` in the source).
 from __future__ import annotations
 
 import fcntl
+import functools
 import importlib.machinery
 import importlib.util
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,22 +90,58 @@ def _torch_dirs() -> tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
+#: the C++ standards torch may be built with, by the value of ``__cplusplus`` each defines
+STANDARDS = ((202302, "c++23"), (202002, "c++20"), (201703, "c++17"))
+#: where ``torch.__config__.show()`` gives the ``__cplusplus`` of torch's own build
+_CPLUSPLUS = re.compile(r"C\+\+ Version: (\d+)")
+#: the options of every build, beside :func:`torch_flags`
+OPTIONS = ("-O2", "-shared", "-fPIC", "-w")
+
+
+def cxx_standard(config: str) -> str | None:
+    """The ``-std=`` value of the C++ standard torch's build used, from its configuration
+    (``torch.__config__.show()``, whose "C++ Version" is that build's ``__cplusplus``): the
+    newest of :data:`STANDARDS` whose value it reaches; None where the configuration gives
+    none, or one older than C++17."""
+    found = _CPLUSPLUS.search(config)
+    if found is None:
+        return None
+    return next((flag for least, flag in STANDARDS if int(found[1]) >= least), None)
+
+
+@functools.cache
+def torch_flags() -> tuple[str, ...] | None:
+    """The flags torch's headers need, as the installed torch says it was built: its C++
+    standard (:func:`cxx_standard` of ``torch.__config__.show()``) and its libstdc++ ABI
+    (``torch._C._GLIBCXX_USE_CXX11_ABI``); None where torch names no standard. Read from torch
+    itself rather than from ``torch.utils.cpp_extension``, which imports setuptools (absent
+    from a plain Python 3.12 environment) and spells its standard as a literal inside its
+    build functions (``-std=c++20`` in torch 2.13, which names 202002: the CPU tier checks
+    that the two agree)."""
+    import torch
+
+    standard = cxx_standard(torch.__config__.show())
+    if standard is None:
+        return None
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return f"-std={standard}", f"-D_GLIBCXX_USE_CXX11_ABI={abi}"
+
+
 def library_key() -> str:
-    """The cache key of the library: its source, torch's version and location, Python's."""
+    """The cache key of the library: its source, torch's version and location, the flags
+    torch's headers need, Python's version."""
     import torch
 
     return cache.digest(SOURCE.read_bytes(), torch.__version__, torch.__file__, sys.version,
                         str(sysconfig.get_config_var("EXT_SUFFIX")),
-                        str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))
+                        " ".join(torch_flags() or ("(no C++ standard named by torch)",)))
 
 
-def command(cxx: str, output: Path) -> list[str]:
-    """The compiler's command line building the library into ``output``."""
-    import torch
-
+def command(cxx: str, output: Path, flags: tuple[str, ...]) -> list[str]:
+    """The compiler's command line building the library into ``output`` with torch's
+    ``flags`` (:func:`torch_flags`)."""
     include, lib = _torch_dirs()
-    return [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-w",
-            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    return [cxx, *OPTIONS, *flags,
             f"-I{include}", f"-I{include / 'torch' / 'csrc' / 'api' / 'include'}",
             f"-I{sysconfig.get_paths()['include']}", str(SOURCE), f"-L{lib}", "-lc10",
             "-ltorch", "-ltorch_cpu", "-ltorch_python", "-ldl", f"-Wl,-rpath,{lib}", "-o",
@@ -105,6 +152,11 @@ def _paths(key: str) -> tuple[Path, Path, Path]:
     """(the library, its failure record, its lock) for a key."""
     folder = cache.cache_dir("fastcall")
     return folder / f"{key}.so", folder / f"{key}.failed", folder / f"{key}.lock"
+
+
+def _record_path(library: Path) -> Path:
+    """The record of what ``library`` was built with (:func:`build_record`)."""
+    return library.with_suffix(".json")
 
 
 #: the first line of a failure record: the compiler that failed (another one is tried)
@@ -123,6 +175,8 @@ def _build(key: str) -> Path | None:
     library, failed, lock_path = _paths(key)
     if library.is_file():
         return library
+    import torch
+
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
@@ -135,10 +189,16 @@ def _build(key: str) -> Path | None:
             if cxx is None:
                 _reason[key] = "no C++ compiler ($CXX, c++ or g++)"
                 return None
+            flags = torch_flags()
+            if flags is None:
+                _reason[key] = (f"torch {torch.__version__} names no C++ standard of C++17 or "
+                                "later to build against (no 'C++ Version' in "
+                                "torch.__config__.show())")
+                return None
             partial = library.with_name(f".{library.name}.{os.getpid()}.tmp")
             try:
-                proc = subprocess.run(command(cxx, partial), capture_output=True, text=True,
-                                      timeout=BUILD_TIMEOUT_S)
+                proc = subprocess.run(command(cxx, partial, flags), capture_output=True,
+                                      text=True, timeout=BUILD_TIMEOUT_S)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 proc = None
                 log = f"{cxx} could not run: {exc}"
@@ -149,6 +209,9 @@ def _build(key: str) -> Path | None:
                 cache.atomic_write(failed, f"{FAILED_WITH}{cxx}\n{log}".encode())
                 _reason[key] = f"its build failed (the compiler's output: {failed})"
                 return None
+            cache.atomic_write(_record_path(library), json.dumps(
+                {"torch": torch.__version__, "compiler": cxx,
+                 "flags": [*flags, *OPTIONS]}).encode())
             os.replace(partial, library)
             return library
         finally:
@@ -188,14 +251,33 @@ def load(build: bool = True) -> ModuleType | None:
     return module
 
 
+def build_record() -> dict | None:
+    """What the library serving this process was built with: ``torch`` (its version),
+    ``compiler`` and ``flags`` (those of :func:`torch_flags` first); None where the front
+    is not in use, or its library has no readable record."""
+    key = library_key() if enabled() else None
+    if key is None or _loaded.get(key) is None:
+        return None
+    try:
+        record = json.loads(_record_path(_paths(key)[0]).read_text())
+    except (OSError, ValueError, CacheUnusable):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def status() -> str:
-    """Whether the compiled front serves calls in this process, and if not, why."""
+    """Whether the compiled front serves calls in this process, and if not, why; where it
+    does, the torch version, compiler and flags its library was built with."""
     if not enabled():
         return f"off (${ENV}=0)"
     key = library_key()
     module = _loaded.get(key)
     if module is not None:
-        return f"compiled ({_paths(key)[0]})"
+        record = build_record()
+        built = "" if record is None else (
+            f", built against torch {record.get('torch')} by {record.get('compiler')} with "
+            f"{' '.join(map(str, record.get('flags', ())))}")
+        return f"compiled ({_paths(key)[0]}){built}"
     if key not in _loaded:
         return "not loaded yet (it loads, or builds, on the first matmul of torch tensors)"
     return f"not in use: {_reason.get(key, 'unknown')}"

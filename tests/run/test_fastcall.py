@@ -2,9 +2,11 @@
 built by the C++ compiler against the installed torch, and serves exactly the calls its family
 and exact plans cover, on tensors of the host (plans made here for device -1, which dispatch
 itself never makes: it computes host tensors on the GPU); everything else is answered MISS, or
-for a call with C handed to the Python front. Its build's failure is recorded, not retried."""
+for a call with C handed to the Python front. Its build takes the C++ standard and ABI torch
+names, and is recorded with them; its failure is recorded, not retried."""
 from __future__ import annotations
 
+import inspect
 import sys
 
 import pytest
@@ -57,6 +59,62 @@ def test_it_builds_and_loads_into_the_user_cache():
     assert fastcall.status().startswith("compiled (")
     library = fastcall._paths(fastcall.library_key())[0]
     assert library.is_file() and library.parent.parent == fastcall.cache.cache_root()
+
+
+def test_the_build_uses_the_standard_torchs_cpp_extension_builds_with(tmp_path):
+    """The -std= of the build is the one torch.utils.cpp_extension writes for a JIT build of a
+    C++ source (its load()), and the libstdc++ ABI is torch's own."""
+    cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
+    writer = cpp_extension._write_ninja_file_to_build_library
+    given = {"path": str(tmp_path / "build.ninja"), "name": "probe",
+             "sources": [str(fastcall.SOURCE)], "extra_cflags": [], "extra_cuda_cflags": [],
+             "extra_sycl_cflags": [], "extra_ldflags": [], "extra_include_paths": [],
+             "with_cuda": False, "with_sycl": False, "is_standalone": False}
+    parameters = inspect.signature(writer).parameters
+    unknown = [name for name, p in parameters.items() if p.default is p.empty and name not in given]
+    if unknown:
+        pytest.skip(f"torch {torch.__version__}'s ninja writer takes {unknown}, unknown here")
+    writer(**{name: value for name, value in given.items() if name in parameters})
+    cflags = next(line for line in (tmp_path / "build.ninja").read_text().splitlines()
+                  if line.startswith("cflags = "))
+    standards = [flag for flag in cflags.split() if flag.startswith("-std=")]
+    flags = fastcall.torch_flags()
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    assert flags == (standards[-1], f"-D_GLIBCXX_USE_CXX11_ABI={abi}")
+    line = fastcall.command("c++", tmp_path / "front.so", flags)
+    assert [flag for flag in line if flag.startswith(("-std=", "-D_GLIBCXX"))] == list(flags)
+
+
+@pytest.mark.parametrize("version, standard", [(201703, "c++17"), (202002, "c++20"),
+                                               (202100, "c++20"), (202302, "c++23"),
+                                               (201402, None)])
+def test_the_standard_is_read_from_torchs_configuration(version, standard):
+    config = f"PyTorch built with:\n  - GCC 13.3\n  - C++ Version: {version}\n  - OpenMP 201511\n"
+    assert fastcall.cxx_standard(config) == standard
+    assert fastcall.cxx_standard("PyTorch built with:\n  - GCC 13.3\n") is None
+
+
+def test_a_torch_naming_no_standard_is_not_built(monkeypatch, tmp_path):
+    counter = tmp_path / "runs"
+    counting = tmp_path / "counting-cxx"
+    counting.write_text(f"#!/bin/sh\necho run >> {counter}\nexit 1\n")
+    counting.chmod(0o755)
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(counting))
+    monkeypatch.setattr(fastcall, "torch_flags", lambda: None)
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    assert fastcall.load() is None
+    assert "names no C++ standard" in fastcall.status()
+    assert not counter.exists()
+
+
+def test_the_torch_version_compiler_and_flags_of_the_build_are_recorded():
+    assert fastcall.load() is not None, fastcall.status()
+    record = fastcall.build_record()
+    flags = [*fastcall.torch_flags(), *fastcall.OPTIONS]
+    assert record == {"torch": torch.__version__, "compiler": fastcall.compiler(), "flags": flags}
+    assert fastcall.status().endswith(f", built against torch {torch.__version__} by "
+                                      f"{record['compiler']} with {' '.join(flags)}")
 
 
 def test_a_served_call_is_torchs_op_exactly(front):

@@ -9,7 +9,9 @@ descriptors included (their tensor maps encoded as Triton encodes them)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -124,6 +126,74 @@ def test_a_plan_keeps_what_it_launches_alive_until_forgotten(module):
     assert sys.getrefcount(entry) == before + 1
     module.forget()
     assert sys.getrefcount(entry) == before
+
+
+#: a child: a native plan of host tensors handed to the front, whose entry point (a ctypes
+#: function) and shape array only the plan keeps alive, served on the main thread or on a
+#: thread of its own (argv[1]); prints "served N" and lets the interpreter exit
+EXITING = r"""
+import ctypes
+import sys
+import threading
+
+import torch
+
+import multibackend as mb
+from multibackend.gpu import native
+from multibackend.run import plans
+
+ENTRY = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 5, ctypes.c_double,
+                         ctypes.c_double, ctypes.c_void_p)
+failures = []
+
+
+def work():
+    try:
+        a, b = torch.randn(5, 7), torch.randn(7, 3)
+
+        def gemm(shape, pa, pb, pc, pd, alpha, beta, stream):
+            product = a @ b
+            ctypes.memmove(pd, product.data_ptr(), product.numel() * product.element_size())
+            return 0
+
+        function, shape = ENTRY(gemm), (ctypes.c_int64 * 3)()
+        step = native.EntryStep(ctypes.cast(function, ctypes.c_void_p).value,
+                                ctypes.addressof(shape), (native.A, native.B, native.D, native.D),
+                                1.0, 0.0)
+        plans.front()
+        plans.hand_over_native(("backend", "auto"), a, b,
+                               native.Native(torch.float32, (5, 3), 0, (step,),
+                                             keep=(function, shape)))
+        for _ in range(3):
+            if not torch.equal(mb.matmul(a, b), a @ b):
+                failures.append("a wrong product")
+    except BaseException as exc:
+        failures.append(repr(exc))
+
+
+if sys.argv[1] == "main":
+    work()
+else:
+    worker = threading.Thread(target=work)
+    worker.start()
+    worker.join()
+print(f"served {plans._COMPILED[0].stats()[2]}", flush=True)
+if failures:
+    sys.exit("\n".join(failures))
+"""
+
+
+@pytest.mark.parametrize("where", ["main", "thread"])
+def test_a_process_holding_native_plans_exits_cleanly(where):
+    """The front drops its plans at interpreter exit, while what they keep can be released.
+    Released instead by a C++ static destructor, after the interpreter had finalized, they
+    aborted the process here (Python 3.11: "PyThreadState_Get: ... the current Python thread
+    state is NULL", runtime state "finalizing"), or ended it with SIGSEGV (3.12)."""
+    env = {k: v for k, v in os.environ.items() if k != fastcall.ENV}
+    proc = subprocess.run([sys.executable, "-c", EXITING, where], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, f"exit status {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert proc.stdout.split() == ["served", "3"], proc.stdout
 
 
 def test_wrong_native_plans_say_what_is_wrong(module):
