@@ -1,4 +1,4 @@
 """``python -m multibackend``: see :mod:`multibackend.cli`."""
 from multibackend.cli import main
 
-raise SystemExit(main())
+raise SystemExit(main(prog="python -m multibackend"))

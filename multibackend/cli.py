@@ -2,8 +2,10 @@
 
 ``check`` is the main job. On a GPU it cross-checks every backend, plus cuBLAS, over a default
 set of shapes and dtypes and prints one table. Without a GPU it says so, runs the Triton
-kernels in Triton's interpreter on small ragged shapes against a float64 NumPy reference, and
-exits 0 when they all match (1 when any result is wrong, or when no backend ran at all).
+kernels in Triton's interpreter and the host backend on small ragged shapes against a float64
+reference, and exits 0 when they all match (1 when any result is wrong, or when no backend ran
+at all). ``tune`` needs a GPU (or a Dask cluster's); ``report`` prints its table and figures
+without matplotlib, which only its plots need.
 """
 from __future__ import annotations
 
@@ -74,8 +76,10 @@ def _vectors(n: int, dtype: str, device: str, rng):
     return x.to(dt.torch_dtype(dtype)).to(device), y.to(dt.torch_dtype(dtype)).to(device)
 
 
-def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.stdout) -> list:
-    """Cross-check every (shape, dtype) and dot size; print one table; return the reports."""
+def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=None) -> list:
+    """Cross-check every (shape, dtype) and dot size; print one table (to ``out``, else
+    standard output as it is when called); return the reports."""
+    out = sys.stdout if out is None else out
     import torch
 
     from multibackend.io.request import matmul_call
@@ -87,6 +91,7 @@ def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.std
     if device != "cpu":
         prebuild([matmul_call(a, b, **kwargs).problem for (a, b), kwargs in cases])
     reports = []
+    print(HEADER, file=out, flush=True)
     for (a, b), kwargs in cases:
         reports.append(crosscheck(a, b, time_it=time_it, **kwargs))
         print(_rows(reports[-1]), file=out, flush=True)
@@ -98,17 +103,24 @@ def run_check(shapes, dtypes, dot_sizes, device: str, time_it: bool, out=sys.std
     return reports
 
 
+#: the columns of a backend's line in ``check``'s table, under its problem's own line
+HEADER = (f"  {'backend':<8} {'config':<34} {'rel err':>9} {'result':<6} {'rate':>17} "
+          f"{'x cuBLAS':>8}")
+
+
 def _rows(report) -> str:
-    lines = []
+    """A problem's line (whole, never cut), then one line per backend that ran it (a config
+    name longer than its column pushes the rest right rather than being cut)."""
+    lines = [report.problem]
     for r in report.results:
         if not r.supported:
             continue
         status = "ok" if r.ok else f"FAIL {r.detail}"
         rate = f"{r.rate:9.1f} {report.unit:<7}" if r.rate else " " * 17
-        ratio = f"{r.vs_cublas:5.2f}x" if r.vs_cublas else "     -"
+        ratio = f"{r.vs_cublas:7.2f}x" if r.vs_cublas else "       -"
         err = f"{r.rel_err:.2e}" if r.rel_err is not None else "-"
-        lines.append(f"{report.problem[:64]:<64} {r.backend:<8} {(r.config or '')[:20]:<20} "
-                     f"err {err:>9} {status:<4} {rate} {ratio}")
+        lines.append(f"  {r.backend:<8} {r.config or '-':<34} {err:>9} {status:<6} {rate} "
+                     f"{ratio}")
     return "\n".join(lines)
 
 
@@ -123,9 +135,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         reports = run_check(shapes, GPU_DTYPES, DOT_SIZES_GPU, "cuda", time_it=True)
     else:
         print(f"no GPU here ({gpu['reason']}): cross-checking the Triton kernels in Triton's "
-              "interpreter on small ragged shapes against a float64 NumPy reference")
+              "interpreter, and the host backend (torch's CPU product, what auto answers "
+              "host arrays with here), on small ragged shapes against a float64 reference")
         os.environ["TRITON_INTERPRET"] = "1"
-        reports = run_check(CPU_SHAPES, CPU_DTYPES, DOT_SIZES_CPU, "cpu", time_it=False)
+        shapes = CPU_SHAPES[: args.shapes] if args.shapes else CPU_SHAPES
+        reports = run_check(shapes, CPU_DTYPES, DOT_SIZES_CPU, "cpu", time_it=False)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.to_dict() for r in reports], f, indent=1)
@@ -146,6 +160,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     shapes = list(args.suite or []) + list(args.shape or [])
     if not shapes:
         print("tune: give --suite and/or --shape", file=sys.stderr)
+        return 2
+    gpu = environment.gpu()
+    if args.scheduler is None and not gpu["available"]:
+        print(f"tune: needs a CUDA GPU to time candidates on, and there is none here "
+              f"({gpu['reason']}); --scheduler ADDRESS tunes on a Dask cluster's GPUs",
+              file=sys.stderr)
         return 2
     base = _merge_base(args)
     if base is not None and args.scheduler is None:  # measured here, in this environment
@@ -211,17 +231,19 @@ def _gpus(text: str) -> int | str:
 def cmd_report(args: argparse.Namespace) -> int:
     from multibackend.report import report
 
-    text, figures, plots = report(args.paths, args.out_dir)
+    text, figures, plots = report(args.paths, None if args.no_plots else args.out_dir)
     print(text)
-    print("plots: " + ", ".join(str(p) for p in plots))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)
+    print("plots: " + (plots if isinstance(plots, str) else ", ".join(str(p) for p in plots)))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m multibackend",
+def main(argv: list[str] | None = None, prog: str = "multibackend") -> int:
+    """The command line; ``prog`` is how help and errors name it (the console script
+    ``multibackend``, or ``python -m multibackend``)."""
+    parser = argparse.ArgumentParser(prog=prog,
                                      description="GPU matmul/dot across raw WMMA, Triton "
                                                  "and CUTLASS, checked against cuBLAS")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -230,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     check = sub.add_parser("check", help="cross-check every backend vs float64 and cuBLAS")
     check.add_argument("--json", help="also write the reports to this JSON file")
     check.add_argument("--shapes", type=int, default=0,
-                       help="only the first N default shapes (GPU)")
+                       help="only the first N default shapes (of the GPU's, or of the "
+                            "interpreter's without a GPU)")
     from multibackend.gpu.timing import MODES
     from multibackend.tuning.suites import SUITES
 
@@ -269,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="result .json files or directories (default: .benchmarks)")
     report.add_argument("--out-dir", default="benchmark-report", help="where the PNGs go")
     report.add_argument("--json", help="also write the bars' figures to this JSON file")
+    report.add_argument("--no-plots", action="store_true",
+                        help="print the table and write the JSON only (no matplotlib needed)")
     args = parser.parse_args(argv)
     for option in ("json", "out"):  # a file written at the end: its folder checked first
         target = getattr(args, option, None)

@@ -270,9 +270,11 @@ def plot(results: Results, out_dir: str | os.PathLike) -> list[Path]:
     return [lines_png, heat_png]
 
 
-def report(paths: list[str | os.PathLike], out_dir: str | os.PathLike) -> tuple[str, dict,
-                                                                                 list[Path]]:
-    """Load results, and return the printed report, the bars' figures and the plots made."""
+def report(paths: list[str | os.PathLike], out_dir: str | os.PathLike | None
+           ) -> tuple[str, dict, list[Path] | str]:
+    """Load results, and return the printed report, the bars' figures and the plots made in
+    ``out_dir`` — or, where none are made (``out_dir`` None, or matplotlib not installed),
+    why not."""
     results = load(paths)
     if not results.groups and not results.overhead:
         raise InvalidArgument(f"report: {results.sources!r} hold no multibackend benchmarks "
@@ -280,4 +282,11 @@ def report(paths: list[str | os.PathLike], out_dir: str | os.PathLike) -> tuple[
     figures = bars(results)
     text = "\n".join([f"results: {', '.join(results.sources)}", table(results),
                       describe_bars(figures)])
+    if out_dir is None:
+        return text, figures, "not made (--no-plots)"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return text, figures, ("not made: matplotlib is not installed (pip install "
+                               "\"multibackend[plot]\"; --no-plots leaves them out)")
     return text, figures, plot(results, out_dir)

@@ -134,6 +134,12 @@ def check_same_place(op: str, named: dict[str, Adapted]) -> None:
             raise InvalidArgument(f"{op}: {detail}: {rule}; move them to one device")
 
 
+def _shown(item: Any) -> str:
+    """A scalar as an error shows it: an integer of many digits by its first ones."""
+    text = repr(item)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
+
+
 def scalar(value: Any, name: str, op: str, *, integer: bool) -> float | int:
     """A Python scalar from ``value`` (Python/NumPy number or 0-d array)."""
     item = value
@@ -144,18 +150,26 @@ def scalar(value: Any, name: str, op: str, *, integer: bool) -> float | int:
         item = value.item()
     if isinstance(item, bool) or not isinstance(item, numbers.Real):
         raise InvalidType(f"{op}: {name} is {value!r}: it must be a real scalar")
+    shown = _shown(item)
+    if integer and isinstance(item, numbers.Integral) and not -2**31 <= int(item) < 2**31:
+        raise InvalidArgument(f"{op}: {name} is {shown} but the output is an integer type: "
+                              "integer alpha and beta are int32 (-2**31..2**31-1)")
     if integer and not math.isfinite(item):
-        raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer type: "
+        raise InvalidArgument(f"{op}: {name} is {shown} but the output is an integer type: "
                               "integer outputs take finite integer alpha and beta")
     if integer:
         if float(item) != int(item):
-            raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
+            raise InvalidArgument(f"{op}: {name} is {shown} but the output is an integer "
                                   "type: integer outputs take integer alpha and beta")
         if not -2**31 <= int(item) < 2**31:
-            raise InvalidArgument(f"{op}: {name} is {item!r} but the output is an integer "
+            raise InvalidArgument(f"{op}: {name} is {shown} but the output is an integer "
                                   "type: integer alpha and beta are int32 (-2**31..2**31-1)")
         return int(item)
-    return float(item)
+    try:
+        return float(item)
+    except OverflowError:
+        raise InvalidArgument(f"{op}: {name} is {shown}: beyond float64's range "
+                              "(at most about 1.8e308 in magnitude)") from None
 
 
 def to_kind(tensor: Any, kind: str) -> Any:

@@ -212,6 +212,8 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
         return None
     tensor = torch.Tensor
     a, b, c, out = arrays
+    if a is None or b is None:  # the full path names the missing operand
+        return None
     if type(a) is tensor and type(b) is tensor and c is None and out is None and (
             a.is_cuda and b.is_cuda) and not (a.is_neg() or b.is_neg()):
         return "torch", arrays  # the common call, without the loop
@@ -269,13 +271,12 @@ def key(kind: str, tensors: tuple, options: tuple) -> tuple:
     return tuple(tail)
 
 
-#: the call that makes D for a product whose plan holds for every shape below a size (A and
-#: B of one dtype, no ``out``, C only with 2-D A and B, cuBLAS decided with nothing shape-dependent in the way
-#: below those sizes: see :func:`multibackend.choose.dispatch.shape_free`), keyed without sizes,
-#: strides or alignment, by the caller's arrays as they are (torch tensors or CuPy arrays:
-#: no conversion), with the element counts of A and B below which (either one) it holds.
-#: The call checks the shapes itself; one it refuses takes the full path, which words the
-#: error.
+#: the call that makes D for a product whose plan holds for every shape below a size (A and B of
+#: one dtype, no ``out``, C only with 2-D A and B, cuBLAS decided with nothing shape-dependent in
+#: the way below those sizes: see :func:`multibackend.choose.dispatch.shape_free`), keyed without
+#: sizes, strides or alignment, by the caller's arrays as they are (torch tensors or CuPy arrays:
+#: no conversion), with the element counts of A and B below which (either one) it holds. The call
+#: checks the shapes itself; one it refuses takes the full path, which words the error.
 FAMILIES: dict[tuple, tuple] = {}
 
 GENERATION = tables.generation_counter()
