@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 150
 SETUP = ("bash .ci/setup && .venv/bin/python -m multibackend check",
-         "bash .ci/setup && .venv/bin/python -m pytest")
+         "bash .ci/setup && .venv/bin/python -m pytest -n auto --dist loadscope")
 #: a fenced block: its language and its body
 FENCE = re.compile(r"^```([\w-]*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
