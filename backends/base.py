@@ -1,7 +1,7 @@
 """The interface every backend implements, and the two small records it passes around.
 
-A backend is discovered lazily (see :mod:`multibackend.choose.registry`); nothing here imports a GPU
-library. The contract:
+A backend is discovered lazily (see :mod:`multibackend.choose.registry`); nothing here imports a
+GPU library. The contract:
 
 - ``available()``: None, or the :class:`Reason` the backend cannot run here at all (import
   failed, no GPU, no nvcc...). Never raises.

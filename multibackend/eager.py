@@ -41,8 +41,8 @@ def matmul(A: Any, B: Any, C: Any = None, *, backend: Any = "auto", autotune: An
     one only launches, and may be captured in a CUDA graph. A first call made while a graph
     is being captured raises :class:`~multibackend.core.errors.CaptureError`.
 
-    Under torch.compile, and where autograd must record a call that torch's own op would not
-    run, the call goes through the registered operator :mod:`multibackend.integrations.torch_op` (under
+    Under torch.compile, and where autograd must record a call that torch's own op would not run,
+    the call goes through the registered operator :mod:`multibackend.integrations.torch_op` (under
     torch.compile, a call dispatch gives to cuBLAS is traced as torch's own op).
     """
     cls = A.__class__

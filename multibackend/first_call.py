@@ -18,9 +18,9 @@ shape that no tuning table answers then runs, on the caller's own operands:
    (:func:`multibackend.gpu.timing.time_interleaved`) in the chosen mode.
 
 The fastest wins only if it beats cuBLAS by more than the larger of the two figures' measured
-spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound
-candidate whose figure moves with the host's load must lead by more than it moves; else cuBLAS
-keeps the shape. The entry, with every figure, goes to the store (:mod:`multibackend.choose.store`), so later
+spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound candidate
+whose figure moves with the host's load must lead by more than it moves; else cuBLAS keeps the
+shape. The entry, with every figure, goes to the store (:mod:`multibackend.choose.store`), so later
 processes reuse it and never time it again.
 """
 from __future__ import annotations

@@ -2,17 +2,16 @@
 
 Why it exists: a model's matmuls sit in its ``torch.nn.Linear`` layers, which call torch's own
 GEMM. :class:`Linear` is a drop-in for ``torch.nn.Linear`` (same constructor, parameters,
-state_dict and results) whose forward is ``D = x @ W^T + b`` through
-:func:`multibackend.matmul`: ``x`` folded to a matrix (a view for contiguous inputs), ``W^T``
-passed as the ``.mT`` view (a column-major operand, no copy) and the bias as C with beta = 1,
-broadcast over the rows (row stride 0), so the backend adds it in its epilogue. Under
-torch.compile and autograd the product goes through the registered operator
-(:mod:`multibackend.integrations.torch_op`) like any other call. Once a layer's product has been planned
-and dispatch gives it to cuBLAS (a family plan, :func:`multibackend.run.layers.linear`), later calls
-are ``torch.nn.functional.linear`` itself, views and all: the same cuBLAS call, one op. A
-layer keeps a memo of the plan that served it (:class:`multibackend.run.layers.LayerPlan`), checked
-by identity on each call, so that its repeated calls cost no more host time than torch's own
-layer.
+state_dict and results) whose forward is ``D = x @ W^T + b`` through :func:`multibackend.matmul`:
+``x`` folded to a matrix (a view for contiguous inputs), ``W^T`` passed as the ``.mT`` view (a
+column-major operand, no copy) and the bias as C with beta = 1, broadcast over the rows (row stride
+0), so the backend adds it in its epilogue. Under torch.compile and autograd the product goes
+through the registered operator (:mod:`multibackend.integrations.torch_op`) like any other call.
+Once a layer's product has been planned and dispatch gives it to cuBLAS (a family plan,
+:func:`multibackend.run.layers.linear`), later calls are ``torch.nn.functional.linear`` itself,
+views and all: the same cuBLAS call, one op. A layer keeps a memo of the plan that served it
+(:class:`multibackend.run.layers.LayerPlan`), checked by identity on each call, so that its
+repeated calls cost no more host time than torch's own layer.
 
 :func:`patch` turns every ``torch.nn.Linear`` of a model into :class:`Linear` in place (the same
 module objects, parameters, buffers and hooks: only their class changes, as

@@ -1,22 +1,22 @@
 """The CUTLASS backend: kernels emitted by nvidia-cutlass's generator, compiled by us, launched
 through a thin C launcher with ctypes.
 
-``multibackend.backends.cutlass.emit`` picks the CUTLASS kernels that fit a Problem and writes their
-source; ``multibackend.backends.cutlass.build`` compiles, caches and loads them. This module holds the
-capability table, turns kernels into Configs, and launches: per call it reads four pointers,
-the scalars and the stream, and makes one ctypes call (everything else is computed once per
-(problem, config)). The stock ``cutlass_cppgen`` runtime is not used: it needs cuda-python's
+``multibackend.backends.cutlass.emit`` picks the CUTLASS kernels that fit a Problem and writes
+their source; ``multibackend.backends.cutlass.build`` compiles, caches and loads them. This module
+holds the capability table, turns kernels into Configs, and launches: per call it reads four
+pointers, the scalars and the stream, and makes one ctypes call (everything else is computed once
+per (problem, config)). The stock ``cutlass_cppgen`` runtime is not used: it needs cuda-python's
 removed ``cuda.cuda`` modules, writes into the working directory and costs milliseconds a call.
 
 Stream-K and split-K: a data-parallel tile scheduler gives each output tile to one CTA, so a
 problem of fewer tiles than SMs (a decode-sized product, M of a few rows; a cube of 1000-2048)
 leaves SMs idle. For 16-bit products that are skinny or have few tiles, :func:`stream_k_configs`
-offers the cooperative TMA kernel built with CUTLASS's stream-K scheduler (``..._streamk``:
-CUTLASS picks data-parallel, split-K or stream-K for the SM count), the same binary forced
-into split-K (``..._splitk{S}``) and, where CUTLASS's heuristic would stay data-parallel, into
-stream-K (``..._streamk_forced``). Their reduction is deterministic: see
-:mod:`multibackend.backends.cutlass.emit`. The workspace they need is sized when a (problem, config) is
-prepared and allocated at its first launch on each stream, never per call.
+offers the cooperative TMA kernel built with CUTLASS's stream-K scheduler (``..._streamk``: CUTLASS
+picks data-parallel, split-K or stream-K for the SM count), the same binary forced into split-K
+(``..._splitk{S}``) and, where CUTLASS's heuristic would stay data-parallel, into stream-K
+(``..._streamk_forced``). Their reduction is deterministic: see
+:mod:`multibackend.backends.cutlass.emit`. The workspace they need is sized when a (problem,
+config) is prepared and allocated at its first launch on each stream, never per call.
 
 Choosing per shape: the default kernel (128x256 tiles for 16-bit types) is the best for large
 products and builds alone. For 16-bit products the "autotune" config, offered right after it,
@@ -251,13 +251,13 @@ def stream_k_configs(problem: Problem,
 
 #: the config that times :func:`autotune_shortlist` on its first call and runs the fastest
 AUTOTUNE = Config.of("autotune")
-#: persistent kernels the "autotune" config times beside the default, in the caller's terms:
-#: the 128x256 tile turned 256x128, the 128x128 tile cooperative and ping-pong (two
-#: warpgroups on two tiles, one's epilogue under the other's mainloop), and 192x128 (see
-#: :data:`multibackend.backends.cutlass.emit.NARROWED_TILES`). A 128x128 tile gives 2x more tiles than
-#: 128x256, which fill a wave of SMs where the large tile leaves many idle (f16, graph, H100:
-#: 512x4096x4096 at 0.97x torch.matmul against 0.67x for 128x256; 256x6144x4096 at 0.99x
-#: against 0.76x)
+#: persistent kernels the "autotune" config times beside the default, in the caller's terms: the
+#: 128x256 tile turned 256x128, the 128x128 tile cooperative and ping-pong (two warpgroups on two
+#: tiles, one's epilogue under the other's mainloop), and 192x128 (see
+#: :data:`multibackend.backends.cutlass.emit.NARROWED_TILES`). A 128x128 tile gives 2x more tiles
+#: than 128x256, which fill a wave of SMs where the large tile leaves many idle (f16, graph, H100:
+#: 512x4096x4096 at 0.97x torch.matmul against 0.67x for 128x256; 256x6144x4096 at 0.99x against
+#: 0.76x)
 AUTOTUNE_PERSISTENT = ("256x128x64_1x2x1_cooperative_tma", "128x128x64_1x1x1_cooperative_tma",
                        "128x128x64_1x1x1_pingpong_tma", "192x128x64_1x2x1_cooperative_tma")
 #: kernels of half the 128x128 tile the "autotune" config also times where the default leaves

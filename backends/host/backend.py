@@ -12,8 +12,6 @@ would be more accurate than asked, not what the GPU gives).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from multibackend.backends.base import Backend
 from multibackend.core.capability import Capability, DtypeRule, Reason
 from multibackend.core.config import Config, Operands

@@ -84,13 +84,14 @@ FUSED_MAX_SPLITS = 16
 #: this order on a tie. From H100 sweeps of decode and few-tile products (graph mode): the best
 #: narrow tile widens with N (16x64x256 at N = 4096, 16x128x128 at 10240-14336, 16x256x64 at 28672
 #: and over); 64x64x128 in one wave led at 128-512 rows of N = 1024-4096, 128x128x64 at
-#: 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32 slices at 128x128x65536 and
-#: 64x128 in 8 at 256x512x32768. The last three are two column blocks wide (:func:`width_blocks`),
-#: as cuBLAS's one-wave tiles of these products are (192 = 128 + 64, 320 = 256 + 64): in one wave of
-#: 128 tiles, 128x192x64 (4 warps) ran 512x6144x4096 at 1.03x / 1.01x (f16 / bf16; the best
-#: power-of-two tile 0.90x / 0.89x), 64x320x64 ran 256x10240x8192 at 1.01x / 1.04x (0.88x / 0.91x)
-#: and, in 120 tiles, 1536^3 at 0.96x / 0.93x (0.83x / 0.82x); 128x320x32 in 7 stages ran
-#: 512x10240x8192 at 1.03x / 1.02x, against 0.94x / 0.92x for 128x320x64 in 4 (0.79x / 0.78x).
+#: 512x4096x4096, 64x128x64 at 256x4096x4096 and 1024^3; 64x64x128 in 32 slices at 128x128x65536
+#: and 64x128 in 8 at 256x512x32768. The last three are two column blocks wide
+#: (:func:`width_blocks`), as cuBLAS's one-wave tiles of these products are (192 = 128 + 64, 320 =
+#: 256 + 64): in one wave of 128 tiles, 128x192x64 (4 warps) ran 512x6144x4096 at 1.03x / 1.01x
+#: (f16 / bf16; the best power-of-two tile 0.90x / 0.89x), 64x320x64 ran 256x10240x8192 at 1.01x /
+#: 1.04x (0.88x / 0.91x) and, in 120 tiles, 1536^3 at 0.96x / 0.93x (0.83x / 0.82x); 128x320x32 in
+#: 7 stages ran 512x10240x8192 at 1.03x / 1.02x, against 0.94x / 0.92x for 128x320x64 in 4 (0.79x /
+#: 0.78x).
 TMA_SPLITK_NARROW = ((64, 256, 4), (64, 128, 4), (128, 128, 4), (256, 64, 4))
 TMA_SPLITK_WIDE = ((64, 64, 128, 4), (64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8),
                    (128, 256, 64, 8), (64, 128, 128, 4), (128, 192, 64, 4), (64, 320, 64, 4),

@@ -4,19 +4,18 @@ and a two-pass dot product.
 Imported only when the Triton backend first runs, so that ``TRITON_INTERPRET=1`` set by the
 caller (or the test suite) before then takes effect: the interpreter decides at definition time.
 
-GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M tile-rows at a
-time, for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and
-column-major A and B run without copies; where a 16-bit operand's extents and strides come in
-8s that Triton cannot see (1000), the launch tells the kernel (A_UNIT, B_UNIT:
-:func:`_operand_units`) and its loads move 16 bytes, not one element. Rows and columns past M and N are read wrapped
-(index modulo M or N: always in bounds, never stored); K's ragged tail is masked with zeros
-unless EVEN_K. Element offsets are 64-bit, so operands past 2^31 elements address correctly;
-offsets along K are 64-bit only where a step of K spans 2^31 elements or more (WIDE_K).
-The two compile differently: on an H200 (graph mode, A column-major) 64-bit offsets
-everywhere ran 8x4096x4096 in 64x64x64 tiles 25% slower and bf16 1000^3 in 128x128x64 tiles
-2.4x faster, so every other launch keeps the 32-bit code its figures were measured with.
-The accumulator is float32, float16, float64 or int32 (ACC); D is written
-masked, once.
+GEMM: one program per BLOCK_M x BLOCK_N tile of D (grouped ordering, GROUP_M tile-rows at a time,
+for L2 reuse), the batch on the grid's second axis. Loads use any strides, so row- and column-major
+A and B run without copies; where a 16-bit operand's extents and strides come in 8s that Triton
+cannot see (1000), the launch tells the kernel (A_UNIT, B_UNIT: :func:`_operand_units`) and its
+loads move 16 bytes, not one element. Rows and columns past M and N are read wrapped (index modulo
+M or N: always in bounds, never stored); K's ragged tail is masked with zeros unless EVEN_K.
+Element offsets are 64-bit, so operands past 2^31 elements address correctly; offsets along K are
+64-bit only where a step of K spans 2^31 elements or more (WIDE_K). The two compile differently: on
+an H200 (graph mode, A column-major) 64-bit offsets everywhere ran 8x4096x4096 in 64x64x64 tiles
+25% slower and bf16 1000^3 in 128x128x64 tiles 2.4x faster, so every other launch keeps the 32-bit
+code its figures were measured with. The accumulator is float32, float16, float64 or int32 (ACC); D
+is written masked, once.
 
 Split-K GEMM, for products with too few output tiles to fill the GPU (see
 :func:`matmul_splitk_kernel`): each program reduces one contiguous slice of K for one tile

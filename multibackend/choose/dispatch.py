@@ -132,12 +132,12 @@ def _choose_named(problem: Problem, name: str, rule: str, verdicts: tuple[Verdic
 def shape_free(problem: Problem, decision: Decision,
                autotune: str | None) -> tuple[float, ...] | None:
     """Where ``decision`` holds for every problem that differs from ``problem`` only in
-    sizes, layouts and alignment: None where it does not, else (elements of A, elements of
-    B, M, N, K) such that every such problem whose A or B holds fewer elements, or whose M,
-    N or K is smaller, gets the same decision (infinite where no size can change it). That is cuBLAS named (explicitly or by the
-    environment), or cuBLAS as the baseline with first-call autotuning off: the tuning-table
-    and calibration rules can only pick another backend within a factor of 2 in each of M,
-    N and K of an entry that another backend won, so below a quarter of the smallest M*K
+    sizes, layouts and alignment: None where it does not, else (elements of A, elements of B, M, N,
+    K) such that every such problem whose A or B holds fewer elements, or whose M, N or K is
+    smaller, gets the same decision (infinite where no size can change it). That is cuBLAS named
+    (explicitly or by the environment), or cuBLAS as the baseline with first-call autotuning off:
+    the tuning-table and calibration rules can only pick another backend within a factor of 2 in
+    each of M, N and K of an entry that another backend won, so below a quarter of the smallest M*K
     (for A) or K*N (for B), or half the smallest M, N or K, of those entries, for products
     of these dtypes, they cannot."""
     if decision.backend != BASELINE:

@@ -46,11 +46,12 @@ class Config:
 class Operands:
     """The arrays of one call, as torch tensors on the problem's device.
 
-    For matmul ``a``, ``b``, ``c`` (or None) and ``d`` are 3-D (batch, rows, cols) views with
-    the strides the caller gave (batch stride 0 where one matrix is broadcast); ``d`` is
-    row-major and contiguous. A backend whose ``takes_matrices`` is set may also be given the
-    caller's 2-D arrays as they are (each one 2-D or 3-D) for a matmul of batch 1. For dot, ``a`` and ``b`` are 1-D and ``d`` holds one element.
-    ``stream`` is the CUDA stream handle the caller's work is ordered on (0 on the host).
+    For matmul ``a``, ``b``, ``c`` (or None) and ``d`` are 3-D (batch, rows, cols) views with the
+    strides the caller gave (batch stride 0 where one matrix is broadcast); ``d`` is row-major and
+    contiguous. A backend whose ``takes_matrices`` is set may also be given the caller's 2-D arrays
+    as they are (each one 2-D or 3-D) for a matmul of batch 1. For dot, ``a`` and ``b`` are 1-D and
+    ``d`` holds one element. ``stream`` is the CUDA stream handle the caller's work is ordered on
+    (0 on the host).
     """
 
     a: Any

@@ -236,9 +236,10 @@ def compiled(A: Any, B: Any, C: Any, plain: bool, **options: Any) -> Any:
 @torch._dynamo.assume_constant_result
 def _cublas_chosen(A: Any, B: Any, C: Any, backend: str | None) -> bool:
     """Whether dispatch runs ``matmul(A, B, C, backend=backend)`` on cuBLAS through one torch
-    op (what :meth:`~multibackend.backends.cublas.backend.CublasBackend.produce` makes). torch.compile
-    calls it once per compilation, with the real tensors, and keeps the answer as a constant
-    of the compiled graph: a graph compiled for dynamic shapes keeps the choice made for the
+    op (what :meth:`~multibackend.backends.cublas.backend.CublasBackend.produce` makes).
+    torch.compile calls it once per compilation, with the real tensors, and keeps the answer as a
+    constant of the compiled graph: a graph compiled for dynamic shapes keeps the choice made for
+    the
     first shape, which is correct for every shape, cuBLAS running any of them."""
     if not (isinstance(A, torch.Tensor) and isinstance(B, torch.Tensor)) or (
             C is not None and (not isinstance(C, torch.Tensor) or C.dim() != 2)):

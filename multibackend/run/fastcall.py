@@ -1,26 +1,25 @@
 """The compiled front of a repeated plain ``matmul`` on torch tensors (``fastcall.cpp``).
 
 A repeated ``matmul(A, B)`` whose family plan is torch's own op (:mod:`multibackend.run.plans`)
-cost, in Python, about a microsecond more host time than ``torch.matmul``: each read of a
-tensor's dtype, rank, device or size from Python goes through torch's attribute machinery, the
-key is built and hashed, and ``torch.mm`` then parses its arguments again. On a host-bound
-problem that is several percent of the call. The extension reads those from the C++ tensor,
-finds the family among those :mod:`~multibackend.run.plans` remembered, and calls ``at::mm`` or
-``at::matmul`` (the ops ``torch.mm`` and ``torch.matmul`` run) with no Python argument parsing,
-so the call costs about what torch's own does. Where the plan is a kernel of ours (raw WMMA,
-Triton's pointer kernels, CUTLASS), the backend describes its launch once
-(:mod:`multibackend.gpu.native`) and the front allocates D with ``at::empty`` and launches it on
-torch's current stream itself: ``cuLaunchKernel`` from a parameter buffer made once, with only
-the pointers written per call, or the kernel library's ``mb_gemm``. A repeated call naming a
-backend and one of its configs (``matmul(A, B, backend=name, config=c)``, as the tuner times
-its candidates) is served the same way, so that a config's eager timing is the one a call
-planned from a tuning table sees. Each of these calls may also give ``out=D`` where D is what
-the plan would allocate (a plain torch tensor of D's dtype, sizes and device, row-major
-contiguous, 16-byte aligned, sharing no byte with A or B): the same plan then writes D, with
-``at::mm_out`` or the kernels' launches, and the call answers D; the same holds for a CuPy
-``out`` where the plan of CuPy arrays is one of launches. The same holds for a repeated ``dot`` of our kernels, and
-for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by ``cupy.empty``), whose
-cuBLAS products it launches as ``cublasGemmEx`` itself.
+cost, in Python, about a microsecond more host time than ``torch.matmul``: each read of a tensor's
+dtype, rank, device or size from Python goes through torch's attribute machinery, the key is built
+and hashed, and ``torch.mm`` then parses its arguments again. On a host-bound problem that is
+several percent of the call. The extension reads those from the C++ tensor, finds the family among
+those :mod:`~multibackend.run.plans` remembered, and calls ``at::mm`` or ``at::matmul`` (the ops
+``torch.mm`` and ``torch.matmul`` run) with no Python argument parsing, so the call costs about
+what torch's own does. Where the plan is a kernel of ours (raw WMMA, Triton's pointer kernels,
+CUTLASS), the backend describes its launch once (:mod:`multibackend.gpu.native`) and the front
+allocates D with ``at::empty`` and launches it on torch's current stream itself: ``cuLaunchKernel``
+from a parameter buffer made once, with only the pointers written per call, or the kernel library's
+``mb_gemm``. A repeated call naming a backend and one of its configs (``matmul(A, B, backend=name,
+config=c)``, as the tuner times its candidates) is served the same way, so that a config's eager
+timing is the one a call planned from a tuning table sees. Each of these calls may also give
+``out=D`` where D is what the plan would allocate (a plain torch tensor of D's dtype, sizes and
+device, row-major contiguous, 16-byte aligned, sharing no byte with A or B): the same plan then
+writes D, with ``at::mm_out`` or the kernels' launches, and the call answers D; the same holds for
+a CuPy ``out`` where the plan of CuPy arrays is one of launches. The same holds for a repeated
+``dot`` of our kernels, and for CuPy callers (``serve_arrays``, ``serve_dot_arrays``: D made by
+``cupy.empty``), whose cuBLAS products it launches as ``cublasGemmEx`` itself.
 
 It is built against the installed torch, on first use, with the C++ compiler (``$CXX``, else
 ``c++``, ``g++``), into the user cache, keyed by its source, torch's version and location,

@@ -56,11 +56,11 @@ def _stale() -> None:
 
 class LayerPlan:
     """One layer's memo of the family plan that served its last call (:func:`layer_plan`):
-    the objects that call was served under — x's dtype and device, the weight and bias
-    themselves, the backend name, the watched environment's values, the tables'
-    generation and how many times :func:`forget` ran — compared by identity on the next call (:meth:`holds`), and the plan's
-    bounds on x's size (its bounds on the weight's decided once). Cheaper than the family
-    key's lookup, which builds and hashes a tuple on every call; a layer inside a model pays
+    the objects that call was served under — x's dtype and device, the weight and bias themselves,
+    the backend name, the watched environment's values, the tables' generation and how many times
+    :func:`forget` ran — compared by identity on the next call (:meth:`holds`), and the plan's
+    bounds on x's size (its bounds on the weight's decided once). Cheaper than the family key's
+    lookup, which builds and hashes a tuple on every call; a layer inside a model pays
     that in cache misses between its calls."""
 
     __slots__ = ("dtype", "device", "weight", "bias", "backend", "environment", "generation",

@@ -25,11 +25,11 @@ on one GPU. How a run is spread:
   :data:`RETRIES` more times). A problem that fails every time has its candidates dropped with
   the reason: every candidate is accounted for.
 - **One table.** Before any work, each worker's tuner process reports its environment (GPU,
-  driver, CUDA and library versions: :func:`multibackend.core.environment.fingerprint`). The workers
-  must all report the same one, on the compute capability the plan was made for here, so the
-  winners measured on several machines of one GPU model merge into one table carrying that
-  environment; a problem measured on a worker that joined later with another environment is
-  dropped with the reason.
+  driver, CUDA and library versions: :func:`multibackend.core.environment.fingerprint`). The
+  workers must all report the same one, on the compute capability the plan was made for here, so
+  the winners measured on several machines of one GPU model merge into one table carrying that
+  environment; a problem measured on a worker that joined later with another environment is dropped
+  with the reason.
 """
 from __future__ import annotations
 

@@ -392,12 +392,12 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     ``compile_timeout_s``; ``max_workers`` bounds a parallel compile's processes.
 
     ``gpus`` spreads the problems over this machine's GPUs, one Dask worker each
-    (:mod:`multibackend.tuning.cluster`): a number, or ``"all"``; by default every visible GPU where
-    Dask is installed and more than one is visible, else one. ``scheduler`` (an address such as
-    ``"tcp://host:8786"``) spreads them over the workers of that Dask cluster instead. Each
-    problem is measured on one GPU, and the table carries the environment it was measured in.
-    Dask starts its workers as spawned processes, which import the calling script again: a
-    script that spreads a run keeps its top level under ``if __name__ == "__main__":``.
+    (:mod:`multibackend.tuning.cluster`): a number, or ``"all"``; by default every visible GPU
+    where Dask is installed and more than one is visible, else one. ``scheduler`` (an address such
+    as ``"tcp://host:8786"``) spreads them over the workers of that Dask cluster instead. Each
+    problem is measured on one GPU, and the table carries the environment it was measured in. Dask
+    starts its workers as spawned processes, which import the calling script again: a script that
+    spreads a run keeps its top level under ``if __name__ == "__main__":``.
 
     ``registry`` (an object with ``names``, ``get`` and ``availability``, picklable) replaces
     multibackend's registry, and then ``matmul`` (the public call's stand-in, routed to that

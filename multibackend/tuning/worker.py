@@ -1,13 +1,13 @@
 """The tuner's child process: where candidates run, so that one that crashes cannot end a run.
 
-:func:`multibackend.tuning.tuner.tune` (on a cluster, each Dask worker: :mod:`multibackend.tuning.cluster`)
-starts a Python process that calls :func:`main` with ``JOBS REPORTS``, two pipes. The process
-first reports ``("ready", fingerprint)`` (:func:`multibackend.core.environment.fingerprint`: the GPU
-and versions the figures will be measured with), then runs each :class:`Job` it reads from
-``JOBS`` and reports ``("idle",)`` after each, so that one process serves job after job (its
-compiled kernels and warm GPU kept) until ``JOBS`` closes or its parent dies. While a job runs
-it reports one message per step on ``REPORTS``, so the parent always knows what was running
-when the process died:
+:func:`multibackend.tuning.tuner.tune` (on a cluster, each Dask worker:
+:mod:`multibackend.tuning.cluster`) starts a Python process that calls :func:`main` with ``JOBS
+REPORTS``, two pipes. The process first reports ``("ready", fingerprint)``
+(:func:`multibackend.core.environment.fingerprint`: the GPU and versions the figures will be
+measured with), then runs each :class:`Job` it reads from ``JOBS`` and reports ``("idle",)`` after
+each, so that one process serves job after job (its compiled kernels and warm GPU kept) until
+``JOBS`` closes or its parent dies. While a job runs it reports one message per step on
+``REPORTS``, so the parent always knows what was running when the process died:
 
 - ``("begin", marker)`` before each step; ``marker`` is ``("setup", problem)`` (operands and
   the float64 reference), ``("compile", problem, backend)`` (a backend's parallel compile of

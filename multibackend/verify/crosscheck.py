@@ -3,9 +3,9 @@
 For one set of operands, each backend that accepts the problem runs (on poisoned output, so an
 unwritten element fails), its result is compared with the float64 reference
 (:mod:`multibackend.verify.reference`), and on a GPU it is timed with the shared timing utility and
-set beside the baseline's (``cublas``: torch.matmul's cuBLAS path) from the same run, in
-the host-hidden ``kernel`` timing mode (:mod:`multibackend.gpu.timing`). Backends that refuse the problem appear with their
-reason. The report prints as a table and serializes to JSON.
+set beside the baseline's (``cublas``: torch.matmul's cuBLAS path) from the same run, in the
+host-hidden ``kernel`` timing mode (:mod:`multibackend.gpu.timing`). Backends that refuse the
+problem appear with their reason. The report prints as a table and serializes to JSON.
 """
 from __future__ import annotations
 

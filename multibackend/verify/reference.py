@@ -18,13 +18,13 @@ times a safety factor of 4:
   ``|scale|_F / sqrt(K)`` where that is larger, the size a random sum of its terms has):
   tight, it catches an error spread over the whole result;
 - element-wise, every ``|D_ij - ref_ij|`` within ``4 (u_out (|ref_ij| + scale_ij) + (u_in +
-  u_acc sqrt(K)) scale_ij + s_out)``, ``s_out`` half the spacing of D's subnormals (its
-  rounding below the normal range is absolute; :func:`element_bounds`): it catches one
-  wrong element, whose share of a large result's norm is too small for the first test. D's rounding is measured against the scale too:
-  a correct library may round ``alpha A @ B`` to D's dtype before adding ``beta C`` (torch's
-  addmm on float16 does: bit for bit ``A @ B + C``, two roundings), or round partial sums
-  to it (cuBLAS's reduced-precision split-K), and where C or the sum cancels, D's
-  element is far smaller than what was rounded.
+  u_acc sqrt(K)) scale_ij + s_out)``, ``s_out`` half the spacing of D's subnormals (its rounding
+  below the normal range is absolute; :func:`element_bounds`): it catches one wrong element, whose
+  share of a large result's norm is too small for the first test. D's rounding is measured against
+  the scale too: a correct library may round ``alpha A @ B`` to D's dtype before adding ``beta C``
+  (torch's addmm on float16 does: bit for bit ``A @ B + C``, two roundings), or round partial sums
+  to it (cuBLAS's reduced-precision split-K), and where C or the sum cancels, D's element is far
+  smaller than what was rounded.
 
 NaN and Inf must sit exactly where the reference has them.
 """
