@@ -132,3 +132,12 @@ class Backend(abc.ABC):
 
     def unavailable(self, rule: str, message: str) -> Reason:
         return Reason(self.name, rule, message)
+
+    def torch_missing(self) -> Reason | None:
+        """Why torch cannot be imported here (every backend's operands are torch tensors), or
+        None where it can."""
+        try:
+            import torch  # noqa: F401
+        except Exception as exc:
+            return self.unavailable("import", f"torch not importable: {exc}")
+        return None

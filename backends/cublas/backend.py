@@ -100,10 +100,11 @@ class CublasBackend(Backend):
         return self._capability
 
     def available(self) -> Reason | None:
-        try:
-            import torch
-        except Exception as exc:
-            return self.unavailable("import", f"torch not importable: {exc}")
+        missing = self.torch_missing()
+        if missing is not None:
+            return missing
+        import torch
+
         if not torch.cuda.is_available():
             return self.unavailable("environment", "no CUDA GPU visible")
         return None

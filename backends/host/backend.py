@@ -55,11 +55,7 @@ class HostBackend(Backend):
         return self._capability
 
     def available(self) -> Reason | None:
-        try:
-            import torch  # noqa: F401
-        except Exception as exc:
-            return self.unavailable("import", f"torch not importable: {exc}")
-        return None
+        return self.torch_missing()
 
     def note(self, problem: Problem) -> str | None:
         return "no GPU runs these host arrays: torch's own CPU product answers them"

@@ -94,13 +94,20 @@ def test_the_standard_is_read_from_torchs_configuration(version, standard):
     assert fastcall.cxx_standard("PyTorch built with:\n  - GCC 13.3\n") is None
 
 
-def test_a_torch_naming_no_standard_is_not_built(monkeypatch, tmp_path):
+def _counting_compiler(tmp_path, monkeypatch, says: str):
+    """A C++ compiler standing in for the real one (``$CXX``), in an empty cache: it counts its
+    runs in the file it returns, runs ``says`` and fails."""
     counter = tmp_path / "runs"
-    counting = tmp_path / "counting-cxx"
-    counting.write_text(f"#!/bin/sh\necho run >> {counter}\nexit 1\n")
-    counting.chmod(0o755)
+    compiler = tmp_path / "counting-cxx"
+    compiler.write_text(f"#!/bin/sh\necho run >> {counter}\n{says}\nexit 1\n")
+    compiler.chmod(0o755)
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("CXX", str(counting))
+    monkeypatch.setenv("CXX", str(compiler))
+    return counter
+
+
+def test_a_torch_naming_no_standard_is_not_built(monkeypatch, tmp_path):
+    counter = _counting_compiler(tmp_path, monkeypatch, "")
     monkeypatch.setattr(fastcall, "torch_flags", lambda: None)
     monkeypatch.setattr(fastcall, "_loaded", {})
     assert fastcall.load() is None
@@ -410,12 +417,7 @@ def test_turned_off_every_call_takes_the_python_front(monkeypatch):
 
 
 def test_a_failed_build_is_recorded_and_not_retried_with_that_compiler(monkeypatch, tmp_path):
-    counter = tmp_path / "runs"
-    failing = tmp_path / "failing-cxx"
-    failing.write_text(f"#!/bin/sh\necho run >> {counter}\necho 'no such header' >&2\nexit 1\n")
-    failing.chmod(0o755)
-    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("CXX", str(failing))
+    counter = _counting_compiler(tmp_path, monkeypatch, "echo 'no such header' >&2")
     monkeypatch.setattr(fastcall, "_loaded", {})
     assert fastcall.load() is None
     assert "build failed" in fastcall.status()
