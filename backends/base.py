@@ -16,6 +16,12 @@ GPU library. The contract:
   once, for the calls a remembered plan repeats.
 - ``native(problem, config, operands)`` (optional): that launch described for the compiled
   front (:mod:`multibackend.gpu.native`), which then makes repeated calls without Python.
+- ``prepare_many(jobs, max_workers)`` (optional, with ``parallel_builds``): many builds at once.
+- ``produce(problem, config, alpha, beta, kind, matrices)`` (optional): the one call that makes
+  D for a remembered call, given the caller's arrays as they are.
+
+The optional hooks have defaults here; a backend that overrides one must keep its parameters,
+which the registry checks when it loads the backend (:func:`contract_fault`).
 """
 from __future__ import annotations
 
@@ -126,6 +132,31 @@ class Backend(abc.ABC):
         None (the default) where the backend's launches cannot be described so."""
         return None
 
+    #: whether :meth:`prepare_many` builds in parallel (nvcc processes): callers then hand it
+    #: every pair they will run at once, ahead of running them
+    parallel_builds: bool = False
+
+    def prepare_many(self, jobs: list[tuple[Problem, Config]],
+                     max_workers: int | None = None) -> list[tuple[Problem, Config]]:
+        """Prepare every (problem, config) of ``jobs`` (at most ``max_workers`` builds at
+        once) and return the pairs that built. The default prepares them one after another;
+        a backend whose builds run in parallel overrides it and sets :attr:`parallel_builds`."""
+        built = []
+        for problem, config in jobs:
+            try:
+                self.prepare(problem, config)
+            except Exception:  # noqa: BLE001 - the pair is left out; running it says why
+                continue
+            built.append((problem, config))
+        return built
+
+    def produce(self, problem: Problem, config: Config, alpha: float | int, beta: float | int,
+                kind: str = "torch", matrices: bool = True) -> Callable[..., Any] | None:
+        """The one call that makes D for a remembered call of ``kind`` arrays (A and B 2-D
+        where ``matrices``), given the caller's arrays as they are: a function of (a, b), or
+        (a, b, c) with C; None (the default) where the backend has none."""
+        return None
+
     def versions(self) -> dict[str, str]:
         """Versions of the libraries the backend's results depend on (for tuning tables)."""
         return {}
@@ -141,3 +172,24 @@ class Backend(abc.ABC):
         except Exception as exc:
             return self.unavailable("import", f"torch not importable: {exc}")
         return None
+
+
+#: the hooks a backend may override, each checked against the contract's parameters on load
+HOOKS = ("bind", "native", "prepare_many", "produce")
+
+
+def contract_fault(backend: object) -> str | None:
+    """Why ``backend`` (what a backend module's ``create()`` made) breaks the contract: not a
+    :class:`Backend`, or an overridden hook whose parameters differ from the contract's; None
+    where it keeps it."""
+    import inspect
+
+    if not isinstance(backend, Backend):
+        return f"create() made a {type(backend).__name__}, not a multibackend Backend"
+    for hook in HOOKS:
+        theirs = list(inspect.signature(getattr(Backend, hook)).parameters)
+        mine = list(inspect.signature(getattr(type(backend), hook)).parameters)
+        if mine != theirs:
+            return (f"{type(backend).__name__}.{hook} takes ({', '.join(mine)}), not the "
+                    f"contract's ({', '.join(theirs)})")
+    return None

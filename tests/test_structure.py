@@ -149,3 +149,34 @@ def test_the_checks_see_an_upward_import_and_a_cycle():
     assert cycles(edges) == [["multibackend.api", "multibackend.core.a"]]
     assert layer("multibackend.core.a") < layer("multibackend.api")
     assert layer("multibackend.backends.triton.kernels") == layer("multibackend.backends.base")
+
+
+def test_every_backend_keeps_the_contract_and_a_broken_one_is_refused_on_load():
+    from multibackend.backends import BACKEND_MODULES
+    from multibackend.backends.base import Backend, contract_fault
+    from multibackend.choose.registry import Registry
+
+    registry = Registry()
+    for name in BACKEND_MODULES:
+        assert registry.availability(name) is None or registry.availability(name).rule != \
+            "contract", registry.availability(name)
+
+    class Broken(Backend):
+        name = "broken"
+        capability = None
+
+        def available(self):
+            return None
+
+        def configs(self, problem):
+            return []
+
+        def run(self, problem, operands, config):
+            pass
+
+        def produce(self, problem, config):  # the contract's hook takes alpha, beta, ...
+            return None
+
+    fault = contract_fault(Broken())
+    assert fault is not None and "Broken.produce takes (self, problem, config)" in fault
+    assert "not a multibackend Backend" in contract_fault(object())

@@ -411,6 +411,7 @@ class _Prepared:
 
 class CutlassBackend(Backend):
     name = NAME
+    parallel_builds = True
     takes_matrices = True  # run reads only the operands' pointers
 
     def __init__(self) -> None:
@@ -488,6 +489,11 @@ class CutlassBackend(Backend):
     def versions(self) -> dict[str, str]:
         return {"nvidia-cutlass": cutlass_build.cutlass_version(),
                 "nvcc": toolchain.nvcc_version() or "none"}
+
+    def prepare_many(self, jobs: list[tuple[Problem, Config]],
+                     max_workers: int | None = None) -> list[tuple[Problem, Config]]:
+        """Every pair's kernels built at once (:func:`prepare_many`)."""
+        return prepare_many(jobs, max_workers)
 
     def prepare(self, problem: Problem, config: Config) -> None:
         """Load (or build) the kernel ``config`` runs; for "autotune", its pick once made

@@ -7,11 +7,11 @@ that ``info`` and ``explain`` show. Importing multibackend never imports a backe
 from __future__ import annotations
 
 import importlib
-import sys
 import threading
 from typing import Callable
 
 from multibackend.backends import BACKEND_MODULES
+from multibackend.backends.base import Backend, contract_fault
 from multibackend.core.capability import Reason
 from multibackend.core.errors import InvalidArgument
 
@@ -31,7 +31,12 @@ class Registry:
             return
         try:
             module = importlib.import_module(f"multibackend.backends.{name}.backend")
-            self._backends[name] = module.create()
+            backend = module.create()
+            fault = contract_fault(backend)
+            if fault is not None:
+                self._failures[name] = Reason(name, "contract", fault)
+                return
+            self._backends[name] = backend
         except Exception as exc:  # any failure is recorded, never raised at discovery
             self._failures[name] = Reason(name, "import", f"{type(exc).__name__}: {exc}")
 
@@ -62,13 +67,11 @@ class Registry:
         return self._available[name]
 
 
-def parallel_prepare(backend: object) -> Callable | None:
-    """The backend's parallel compile, ``prepare_many([(problem, config), ...], max_workers)``
-    -> the pairs that built, offered on the object or its module; None when it has none."""
-    found = getattr(backend, "prepare_many", None)
-    if found is None:
-        found = getattr(sys.modules.get(type(backend).__module__), "prepare_many", None)
-    return found
+def parallel_prepare(backend: Backend) -> Callable | None:
+    """The backend's parallel build (:meth:`~multibackend.backends.base.Backend.prepare_many`,
+    ``prepare_many([(problem, config), ...], max_workers)`` -> the pairs that built) where
+    its builds run in parallel; None where it has none."""
+    return backend.prepare_many if backend.parallel_builds else None
 
 
 REGISTRY = Registry()

@@ -85,11 +85,10 @@ class Plan:
         from multibackend.core import dtypes
 
         backend = REGISTRY.get(decision.backend)
-        produce = getattr(backend, "produce", None)
         return cls(problem, decision, kind, squeeze, alpha, beta, backend,
                    dtypes.torch_dtype(problem.d_dtype),
-                   produce=produce(problem, decision.config, alpha, beta, kind, squeeze)
-                   if direct and produce is not None else None)
+                   produce=backend.produce(problem, decision.config, alpha, beta, kind,
+                                           squeeze) if direct else None)
 
     def run(self, tensors: tuple) -> Any:
         if self.produce is not None and self.kind == "torch" and tensors[3] is None:

@@ -65,7 +65,7 @@ from typing import IO, Any, Iterable
 from multibackend.choose import tables
 from multibackend.core import dtypes as dt
 from multibackend.core import environment
-from multibackend.core.errors import InvalidArgument
+from multibackend.core.errors import BackendUnavailable, InvalidArgument
 from multibackend.core.names import BASELINE, BASELINE_LABEL
 from multibackend.core.problem import synthetic
 from multibackend.tuning.runner import (
@@ -424,7 +424,12 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
         raise InvalidArgument(f"tune: max_configs is {max_configs!r}: must be at least 1")
     if quick and max_configs is None:
         max_configs = QUICK_CONFIGS
-    device = device or ("cuda" if environment.gpu()["available"] else "cpu")
+    gpu = environment.gpu()
+    device = device or ("cuda" if gpu["available"] else "cpu")
+    if device == "cpu" and registry is None and scheduler is None:
+        raise BackendUnavailable(f"tune: needs a CUDA GPU to time candidates on, and there is "
+                                 f"none here ({gpu['reason']}); scheduler= (--scheduler) "
+                                 "tunes on the GPUs of a Dask cluster's workers")
     local = _local_gpus(gpus, scheduler, device, progress)
     if (local is not None or scheduler is not None) and not _dask():
         raise InvalidArgument(f"tune: {'scheduler' if scheduler else 'gpus'} is "

@@ -460,6 +460,8 @@ def test_check_prebuilds_every_problem_in_one_parallel_build(monkeypatch):
     asked = []
 
     class Parallel:
+        parallel_builds = True
+
         def default_config(self, problem):
             return Config.of("default")
 
@@ -470,11 +472,14 @@ def test_check_prebuilds_every_problem_in_one_parallel_build(monkeypatch):
             asked.append(jobs)
             raise RuntimeError("left for the cross-check to report")
 
+    class Plain:  # builds one at a time: nothing to build ahead
+        parallel_builds = False
+
     class Registry:
         names = ("parallel", "plain")
 
         def get(self, name):
-            return Parallel() if name == "parallel" else object()
+            return Parallel() if name == "parallel" else Plain()
 
         def availability(self, name):
             return None

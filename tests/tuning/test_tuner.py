@@ -333,6 +333,8 @@ LAST_DELAY_S = 0.0
 class FakeBackend:
     """A backend on CPU tensors; ``behaviour`` picks how it runs."""
 
+    parallel_builds = False
+
     def __init__(self, name: str, behaviour: str, configs=("default",), delay_s: float = 0.0):
         self.name, self.behaviour, self.names, self.delay_s = name, behaviour, configs, delay_s
 
@@ -374,6 +376,8 @@ class FakeBackend:
 
 class FakeBatchCompiler(FakeBackend):
     """A backend with a parallel compile that builds only its first config."""
+
+    parallel_builds = True
 
     def prepare_many(self, jobs, max_workers=None):
         return jobs[:1]
