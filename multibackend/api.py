@@ -69,6 +69,7 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     B the decision is dot's, which takes ``acc_dtype`` only. Where the call would raise
     because no backend (or not the one named) can run the problem here, the decision has no
     backend, rule "none", and that error's words."""
+    scale = 1  # alpha, where a matmul's call gives it
     if B is None and isinstance(A, Problem):
         given = _given(alpha, saturate, C=C, beta=beta, out=out, out_dtype=out_dtype,
                        acc_dtype=acc_dtype, precision=precision, dtype=dtype)
@@ -84,22 +85,24 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
                                   f"{', '.join(extra)} (dot takes acc_dtype only)")
         problem = dot_call(A, B, acc_dtype=acc_dtype).problem
     else:
-        problem = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
-                              acc_dtype=acc_dtype, precision=precision, saturate=saturate,
-                              packed=eager.packed(dtype)).problem
+        call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                           acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                           packed=eager.packed(dtype))
+        problem, scale = call.problem, call.operands.alpha
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, problem.op)
     verdicts = tuple(verdict(problem, name) for name in REGISTRY.names)
     mode = eager.autotune_mode(autotune, backend, problem.op)
-    if problem.trivial:
+    if problem.trivial or scale == 0:
         try:
             check_trivial(problem, backend, config)
         except (UnsupportedProblem, BackendUnavailable) as exc:  # the call's error
             return Decision(problem, None, None, "none", str(exc), verdicts)
-        return Decision(problem, None, None, "trivial",
-                        "M, N, K or the batch is 0: answered without a kernel (K = 0 gives "
-                        "beta * C, zeros without C; M, N or the batch 0 an empty result)",
-                        verdicts)
+        why = ("alpha is 0: A and B are not read (as BLAS says), D is beta * C (zeros "
+               "without C), answered without a kernel" if scale == 0 else
+               "M, N, K or the batch is 0: answered without a kernel (K = 0 gives beta * C, "
+               "zeros without C; M, N or the batch 0 an empty result)")
+        return Decision(problem, None, None, "trivial", why, verdicts)
     explicit = resolve_config(problem, backend, config)
     try:
         return decide(problem, backend, explicit, autotune=mode)

@@ -328,7 +328,7 @@ def _dispatch_and_run(call: Call, backend: str | None, config: Any,
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, call.problem.op)
     mode = autotune_mode(autotune, backend, call.problem.op)
-    if call.problem.trivial:
+    if call.problem.trivial or call.operands.alpha == 0:  # no product: A and B not read
         check_trivial(call.problem, backend, config)
         answer_trivial(call)
         return finish(call)

@@ -46,6 +46,9 @@ def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
             return ("shape", f"cuBLASLt int8 GEMM (torch._int_mm) needs M > 16 and K, N "
                              f"multiples of 8; got M={problem.m}, N={problem.n}, K={problem.k}")
     if problem.op == "matmul" and problem.in_dtype.startswith("float8"):
+        if problem.a.dtype == problem.b.dtype == "float8_e5m2":
+            return ("dtype", "cuBLASLt fp8 GEMM (torch._scaled_mm) does not multiply e5m2 by "
+                             "e5m2: one operand must be e4m3")
         if problem.m % 16 or problem.n % 16 or problem.k % 16:
             return ("shape", "cuBLASLt fp8 GEMM needs M, N and K multiples of 16")
         if problem.batch > 1:

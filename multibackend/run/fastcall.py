@@ -168,18 +168,40 @@ def _failed_with(record: Path) -> str | None:
     return first.removeprefix(FAILED_WITH) if first.startswith(FAILED_WITH) else None
 
 
+def _whole(library: Path) -> bool:
+    """Whether ``library`` is the file its build wrote: a regular file whose bytes hash to the
+    digest its record holds. A library cut short (a full disk, a power loss before the data
+    reached the disk) would be mapped and crash the process on first use (SIGBUS): it is
+    removed instead, with its record (anything else standing at its path too), and built
+    again."""
+    record = _record_path(library)
+    try:
+        whole = (library.is_file() and not library.is_symlink()
+                 and json.loads(record.read_text()).get("digest")
+                 == cache.digest(library.read_bytes()))
+    except (OSError, ValueError, AttributeError):
+        whole = False
+    if not whole:
+        for stale in (library, record):
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
+    return whole
+
+
 def _build(key: str) -> Path | None:
-    """The library's path, built unless cached; None (and the reason recorded) when it cannot
-    be built."""
+    """The library's path, built unless cached whole (:func:`_whole`); None (and the reason
+    recorded) when it cannot be built."""
     library, failed, lock_path = _paths(key)
-    if library.is_file():
+    if library.is_file() and _whole(library):
         return library
     import torch
 
     with open(lock_path, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            if library.is_file():
+            if (library.exists() or library.is_symlink()) and _whole(library):
                 return library
             cxx = compiler()
             if failed.is_file() and _failed_with(failed) == cxx:
@@ -208,9 +230,12 @@ def _build(key: str) -> Path | None:
                 cache.atomic_write(failed, f"{FAILED_WITH}{cxx}\n{log}".encode())
                 _reason[key] = f"its build failed (the compiler's output: {failed})"
                 return None
+            data = partial.read_bytes()
+            with open(partial, "rb") as written:  # on the disk before it is renamed
+                os.fsync(written.fileno())
             cache.atomic_write(_record_path(library), json.dumps(
-                {"torch": torch.__version__, "compiler": cxx,
-                 "flags": [*flags, *OPTIONS]}).encode())
+                {"torch": torch.__version__, "compiler": cxx, "flags": [*flags, *OPTIONS],
+                 "digest": cache.digest(data)}).encode())
             os.replace(partial, library)
             return library
         finally:
@@ -232,7 +257,7 @@ def load(build: bool = True) -> ModuleType | None:
         _loaded[key] = None
         return None
     module = None
-    if library is not None and library.is_file():
+    if library is not None and library.is_file() and _whole(library):
         try:
             loader = importlib.machinery.ExtensionFileLoader("multibackend._fastcall",
                                                              str(library))

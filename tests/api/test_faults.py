@@ -45,3 +45,35 @@ def test_a_scalar_beyond_float64_is_named(keyword, value):
 def test_integer_outputs_take_int32_scalars(value, rule):
     with pytest.raises(mb.InvalidArgument, match=rule):
         mb.matmul(I8, I8, alpha=value)
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "host"])
+@pytest.mark.parametrize("with_c", [True, False])
+def test_alpha_zero_reads_neither_a_nor_b_in_every_backend(backend, with_c):
+    """As BLAS says: alpha = 0 gives beta * C (zeros without C) even where A holds NaN."""
+    a = torch.full((5, 7), float("nan"))
+    b = torch.ones(7, 3)
+    c = torch.arange(15.0).reshape(5, 3) if with_c else None
+    got = mb.matmul(a, b, c, alpha=0.0, beta=2.0 if with_c else None, backend=backend)
+    want = 2 * c if with_c else torch.zeros(5, 3)
+    assert torch.equal(got, want)
+    decision = mb.explain(a, b, c, alpha=0.0, beta=2.0 if with_c else None, backend=backend)
+    assert decision.rule == "trivial" and "alpha is 0" in decision.detail
+
+
+@pytest.mark.parametrize("backend", ["auto", "triton", "host"])
+def test_beta_zero_does_not_read_c(backend):
+    a, b = torch.ones(4, 6), torch.ones(6, 2)
+    c = torch.full((4, 2), float("nan"))
+    assert torch.equal(mb.matmul(a, b, c, beta=0.0, backend=backend), torch.full((4, 2), 6.0))
+
+
+def test_e5m2_by_e5m2_is_not_given_to_cublas():
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic
+
+    refused = REGISTRY.get("cublas").supports(synthetic(64, 64, 64, "float8_e5m2",
+                                                        cc=(9, 0), b_layout="col"))
+    assert refused is not None and "e5m2 by e5m2" in refused.message
+    e4m3 = synthetic(64, 64, 64, "float8_e4m3fn", cc=(9, 0), b_layout="col")
+    assert REGISTRY.get("cublas").capability.check(e4m3) is None

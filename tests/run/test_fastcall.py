@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,7 +120,9 @@ def test_the_torch_version_compiler_and_flags_of_the_build_are_recorded():
     assert fastcall.load() is not None, fastcall.status()
     record = fastcall.build_record()
     flags = [*fastcall.torch_flags(), *fastcall.OPTIONS]
-    assert record == {"torch": torch.__version__, "compiler": fastcall.compiler(), "flags": flags}
+    library = fastcall._paths(fastcall.library_key())[0]
+    assert record == {"torch": torch.__version__, "compiler": fastcall.compiler(), "flags": flags,
+                      "digest": fastcall.cache.digest(library.read_bytes())}
     assert fastcall.status().endswith(f", built against torch {torch.__version__} by "
                                       f"{record['compiler']} with {' '.join(flags)}")
 
@@ -530,3 +533,36 @@ def test_an_out_as_allocated_is_told_apart_from_others():
         assert not plans.as_allocated(out, a, b)
     assert not plans.as_allocated(poisoned(8, 16), a[None], b)
     assert not plans.as_allocated(poisoned(8, 16), a.numpy(), b)
+
+
+def _cached_library(tmp_path, monkeypatch) -> Path:
+    """This process's compiled front, copied with its record into an empty cache."""
+    real = fastcall._paths(fastcall.library_key())[0]
+    if fastcall.load() is None or not real.is_file():
+        pytest.skip(f"the compiled front is not in use here: {fastcall.status()}")
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path / "cache"))
+    copy = fastcall._paths(fastcall.library_key())[0]
+    copy.write_bytes(real.read_bytes())
+    fastcall._record_path(copy).write_bytes(fastcall._record_path(real).read_bytes())
+    return copy
+
+
+def test_a_library_cut_short_is_never_loaded_and_is_removed(tmp_path, monkeypatch):
+    """What a full disk or a power loss leaves: loading it would map a truncated file and
+    kill the process with SIGBUS on first use; it is removed and the front built again."""
+    library = _cached_library(tmp_path, monkeypatch)
+    assert fastcall._whole(library)
+    library.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
+    monkeypatch.setattr(fastcall, "_loaded", {})
+    assert fastcall.load(build=False) is None
+    assert not library.exists() and not fastcall._record_path(library).exists()
+
+
+def test_a_library_without_its_record_or_replaced_by_a_directory_is_rebuilt(tmp_path,
+                                                                              monkeypatch):
+    library = _cached_library(tmp_path, monkeypatch)
+    fastcall._record_path(library).unlink()
+    assert not fastcall._whole(library) and not library.exists()
+    library.mkdir()
+    (library / "junk").write_text("x")
+    assert not fastcall._whole(library) and not library.exists()
