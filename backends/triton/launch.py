@@ -11,15 +11,19 @@ hands that launcher out, for a caller that binds it to the arguments of repeated
 
 The caller's key must determine everything Triton specializes on: the kernel's dtypes and
 constexprs, each integer argument's value and each pointer's 16-byte alignment. Under the
-interpreter every launch goes through Triton.
+interpreter every launch goes through Triton, one at a time: the interpreter keeps global
+state while it runs a kernel, and concurrent launches from several threads fail there.
 """
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable, Hashable, NamedTuple
 
 #: specializations kept per function (all are dropped when the table is full)
 LIMIT = 4096
+#: held by a launch under Triton's interpreter, which is not thread-safe
+_INTERPRETER = threading.Lock()
 
 
 class Kept(NamedTuple):
@@ -48,8 +52,12 @@ class Launcher:
             found.runner(*args, *found.tail, stream=stream)
             return
         named = constexprs()
+        if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+            with _INTERPRETER:
+                self.fn[grid](*args, **named)
+            return
         compiled = self.fn[grid](*args, **named)
-        if os.environ.get("TRITON_INTERPRET", "0") in ("", "0") and hasattr(compiled, "run"):
+        if hasattr(compiled, "run"):
             params = list(self.fn.signature.parameters.values())[len(args):]
             tail = tuple(named.get(p.name, p.default) for p in params)
             if len(self._runners) >= LIMIT:

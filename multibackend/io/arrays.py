@@ -47,6 +47,10 @@ def adapt(x: Any, name: str, op: str) -> Adapted:
     """View ``x`` as a torch tensor; raise naming ``name`` when it is not an array, or not
     one whose memory holds its values densely (a sparse tensor, NumPy's masked elements)."""
     tensor, kind = _as_tensor(x, name, op)
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise InvalidArgument(f"{op}: {name} is on the {tensor.device.type} device: kernels "
+                              "read arrays in host or CUDA memory (a meta tensor holds no "
+                              "values)")
     if tensor.layout != _torch().strided:
         raise InvalidArgument(f"{op}: {name} is a {str(tensor.layout).replace('torch.', '')} "
                               f"tensor: kernels read dense (strided) arrays; pass "

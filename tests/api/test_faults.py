@@ -77,3 +77,14 @@ def test_e5m2_by_e5m2_is_not_given_to_cublas():
     assert refused is not None and "e5m2 by e5m2" in refused.message
     e4m3 = synthetic(64, 64, 64, "float8_e4m3fn", cc=(9, 0), b_layout="col")
     assert REGISTRY.get("cublas").capability.check(e4m3) is None
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: mb.matmul(m, m),
+    lambda m: mb.matmul(A, A, m),
+    lambda m: mb.dot(m[0], m[0]),
+])
+def test_a_meta_tensor_holds_no_values_and_is_refused(call):
+    meta = torch.empty(4, 4, device="meta")
+    with pytest.raises(mb.InvalidArgument, match="on the meta device"):
+        call(meta)

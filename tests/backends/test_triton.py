@@ -530,3 +530,33 @@ def test_a_persistent_tma_tile_reads_only_arrays_the_tma_unit_takes(monkeypatch)
         d = mb.matmul(a, b, backend="triton", config=_tma_tile())
         torch.testing.assert_close(d.double(), a.double() @ b.double(), rtol=0, atol=0)
         assert launched, (tuple(a.shape), tuple(b.shape))
+
+
+def test_threads_take_turns_in_the_interpreter():
+    """Triton's interpreter is not thread-safe: launches from several threads at once take
+    turns, and every result is right."""
+    import threading
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter is off (a GPU runs the kernels)")
+    shapes = [(9, 17, 33), (33, 9, 17), (17, 33, 9), (16, 16, 16)]
+    failures: list[str] = []
+
+    def work(seed: int) -> None:
+        g = torch.Generator().manual_seed(seed)
+        for m, n, k in shapes:
+            a = torch.randint(-3, 4, (m, k), generator=g).half()
+            b = torch.randint(-3, 4, (k, n), generator=g).half()
+            try:
+                got = mb.matmul(a, b, backend="triton")
+                if not torch.equal(got, (a.double() @ b.double()).half()):
+                    failures.append(f"{seed} {m}x{n}x{k}: wrong")
+            except Exception as exc:  # noqa: BLE001 - what a thread raised is the finding
+                failures.append(f"{seed} {m}x{n}x{k}: {type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures
