@@ -1,0 +1,105 @@
+"""Settings and files a user's environment may hold in any state: every ``MULTIBACKEND_*``
+variable set to garbage, tuning tables that are missing, a folder, not JSON or of the wrong
+shape, and a cache directory that is relative, a file or under a file. Each gives a clear error
+of the library's own types naming the variable or file, or the right answer; none a crash or
+a wrong answer."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import multibackend as mb
+from multibackend.choose import tables
+from multibackend.run import plans
+
+A = torch.arange(12.0).reshape(3, 4)
+B = torch.arange(8.0).reshape(4, 2)
+RIGHT = A @ B
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    for name in ("MULTIBACKEND_BACKEND", "MULTIBACKEND_AUTOTUNE", "MULTIBACKEND_TUNING"):
+        monkeypatch.delenv(name, raising=False)
+    plans.forget()
+    yield
+    plans.forget()
+
+
+@pytest.mark.parametrize("variable, value, words", [
+    ("MULTIBACKEND_BACKEND", "garbage", "MULTIBACKEND_BACKEND is 'garbage': not a backend name"),
+    ("MULTIBACKEND_AUTOTUNE", "maybe", "MULTIBACKEND_AUTOTUNE is 'maybe': expected 1, eager"),
+    ("MULTIBACKEND_TUNING", "/nonexistent/t.json", "MULTIBACKEND_TUNING is .* does not exist"),
+])
+def test_a_garbage_setting_is_named(monkeypatch, variable, value, words):
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(mb.InvalidArgument, match=words):
+        mb.matmul(A, B)
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("MULTIBACKEND_BACKEND", ""), ("MULTIBACKEND_BACKEND", "auto"),
+    ("MULTIBACKEND_AUTOTUNE", "0"), ("MULTIBACKEND_AUTOTUNE", "off"),
+])
+def test_an_empty_or_off_setting_answers_as_unset(monkeypatch, variable, value):
+    monkeypatch.setenv(variable, value)
+    assert torch.allclose(mb.matmul(A, B), RIGHT)
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "cannot be read as a table file"),  # a folder
+    ("{not json", "is not valid JSON"),
+    ('{"format": 1, "entries": {}}', "has no 'environment' object"),
+    ('{"format": 7}', "has format 7: expected a tuning table of format 1"),
+    ("", "is not valid JSON"),  # cut short to nothing
+])
+def test_a_broken_tuning_table_is_named(tmp_path, monkeypatch, content, words):
+    path = tmp_path / "t.json"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    monkeypatch.setenv("MULTIBACKEND_TUNING", str(path))
+    with pytest.raises(mb.InvalidArgument, match=words):
+        mb.matmul(A, B)
+    monkeypatch.delenv("MULTIBACKEND_TUNING")
+    assert torch.allclose(mb.matmul(A, B), RIGHT), "a broken table leaves nothing behind"
+
+
+def test_a_table_of_another_gpu_is_set_aside_with_its_reason(tmp_path):
+    path = tmp_path / "other.json"
+    table = tables.new_table({})
+    table["environment"] = {**table["environment"], "gpu": "NVIDIA Z999", "cc": "9.9"}
+    path.write_text(__import__("json").dumps(table))
+    loaded = tables.TuningTables()
+    tables.load_tuning(path, tables=loaded)
+    assert loaded.rejected and "another environment" in loaded.rejected[0]
+
+
+CACHE_SCRIPT = """
+import torch, multibackend as mb
+from multibackend.run import fastcall
+a, b = torch.arange(12.0).reshape(3, 4), torch.arange(8.0).reshape(4, 2)
+for _ in range(3):
+    assert torch.equal(mb.matmul(a, b), a @ b)
+print(fastcall.status())
+"""
+
+
+@pytest.mark.parametrize("where", ["relative", "a file", "under a file"])
+def test_an_unusable_cache_directory_leaves_every_call_right(tmp_path, where):
+    """The cache is where compiled kernels and the front live; where it cannot be used the
+    calls still answer, and ``status`` says why the front is off."""
+    folder = {"relative": "cache/here", "a file": str(tmp_path / "file"),
+              "under a file": str(tmp_path / "file" / "cache")}[where]
+    (tmp_path / "file").write_text("x")
+    env = {**os.environ, "MULTIBACKEND_CACHE_DIR": folder}
+    done = subprocess.run([sys.executable, "-c", CACHE_SCRIPT], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith(f"not in use: MULTIBACKEND_CACHE_DIR is {folder!r}"), \
+        done.stdout
