@@ -560,3 +560,20 @@ def test_threads_take_turns_in_the_interpreter():
     for t in threads:
         t.join()
     assert not failures, failures
+
+
+@pytest.mark.parametrize("dtype, special", [(torch.float8_e5m2, float("inf")),
+                                            (torch.float8_e4m3fn, float("nan"))])
+def test_fp8_inf_and_nan_propagate_in_the_interpreter(dtype, special):
+    """Triton's interpreter reads e5m2's Inf as 65536 and e4m3's NaN as 480: the backend hands
+    it exactly converted values, so Inf and NaN propagate as on the GPU, repeated calls too."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter is off (a GPU runs the kernels)")
+    a = torch.ones(32, 48).to(dtype)
+    a[0, 0] = special
+    b = torch.ones(16, 48).to(dtype).T  # column-major, as fp8 products take B
+    for _ in range(2):  # the first call plans, the second is served by its plan
+        d = mb.matmul(a, b, backend="triton")
+        want = a.float() @ b.float()
+        assert torch.equal(torch.isnan(d), torch.isnan(want))
+        assert torch.equal(d.nan_to_num(), want.nan_to_num())
