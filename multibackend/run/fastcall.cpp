@@ -268,7 +268,11 @@ int current(const Made& made) {
   return same_value(PyList_GET_ITEM(generation_cell, 0), made.generation);
 }
 
-int64_t device_index(const at::Tensor& t) { return t.is_cpu() ? -1 : t.get_device(); }
+// A tensor's device as plans key it: the CUDA ordinal, -1 for host memory, -2 for any other
+// device (a meta tensor, which holds no values: never served, the Python path refuses it).
+int64_t device_index(const at::Tensor& t) {
+  return t.is_cuda() ? t.get_device() : (t.is_cpu() ? -1 : -2);
+}
 
 // The family whose key this call has (null where none), as it is now.
 const Family* family_of(PyObject* backend, const at::Tensor& a, const at::Tensor& b,

@@ -225,8 +225,8 @@ def as_tensors(arrays: tuple) -> tuple[str, tuple] | None:
         if isinstance(x, tensor):
             if x.is_neg():  # torch's lazy negation: the full path resolves it, every call
                 return None
-            if not x.is_cuda and _gpu_present():  # staged on the GPU by the full path
-                return None
+            if not x.is_cuda and (x.is_meta or _gpu_present()):
+                return None  # a meta tensor is refused, a host one staged, by the full path
             this = "torch"
         elif type(x).__module__.startswith("cupy"):
             this, x = "cupy", torch.from_dlpack(x)
