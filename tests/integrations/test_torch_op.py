@@ -243,11 +243,16 @@ def test_gradients_match_torch(case, dtype):
 @pytest.mark.parametrize("case", ["alpha, beta, C", "B column-major", "broadcast A",
                                   "broadcast B", "batch of one", "C batch of one"])
 def test_gradcheck_float64(case):
+    """The operator's gradients against finite differences. gradcheck perturbs every element,
+    two products each: without a GPU they run on the host backend (the formulas are the
+    operator's whatever backend computes the products), not in Triton's interpreter."""
     a, b, b_leaf, c, alpha, beta = _operands(case, torch.float64, small=True)
     transposed = b is not b_leaf
+    backend = "auto" if torch.cuda.is_available() else "host"
 
     def fn(a, b_leaf, *c):
-        return mb.matmul(a, b_leaf.mT if transposed else b_leaf, *c, alpha=alpha, beta=beta)
+        return mb.matmul(a, b_leaf.mT if transposed else b_leaf, *c, alpha=alpha, beta=beta,
+                         backend=backend)
 
     inputs = (a, b_leaf) + (() if c is None else (c,))
     assert torch.autograd.gradcheck(fn, inputs)
