@@ -14,7 +14,8 @@ A table is JSON::
 Lookup reads ``backend``, ``config``, ``family``, ``m``, ``n``, ``k``; the rest are the tuner's
 figures: ``mode`` the timing mode the choice was made in, ``timings_ms`` the final interleaved
 rounds per mode ("backend:config" -> ms), ``baseline_ms`` torch.matmul's figure per mode,
-``spread`` the lead over torch.matmul the winner had to exceed (at least 1%); the tuner
+``spread`` the lead over torch.matmul the winner had to exceed (at least the mode's floor,
+:data:`multibackend.core.names.MIN_SPREAD`); the tuner
 (:mod:`multibackend.tuning.tuner`) documents the rest.
 
 Tables come from ``$MULTIBACKEND_TUNING`` (paths separated by ``os.pathsep``) and from
