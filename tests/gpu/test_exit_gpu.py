@@ -82,11 +82,21 @@ if failures:
 """
 
 
+#: seconds a child may take: a few kernels to compile and a few dozen calls; a child that
+#: hangs (at exit, or threads waiting on each other) fails here instead of stalling the tier
+CHILD_TIMEOUT_S = 150
+
+
 def _exit_of(*args: str) -> subprocess.CompletedProcess:
     """The child run with ``args``, the compiled front on."""
     env = {k: v for k, v in os.environ.items() if k != fastcall.ENV}
-    return subprocess.run([sys.executable, "-c", CHILD, *args], env=env, capture_output=True,
-                          text=True, timeout=300)
+    try:
+        return subprocess.run([sys.executable, "-c", CHILD, *args], env=env,
+                              capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"")[-3000:]
+        pytest.fail(f"the child {args} ran past {CHILD_TIMEOUT_S} s (hung?); stderr:\n"
+                    f"{tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
 
 
 def _available(backend: str) -> None:
@@ -116,6 +126,7 @@ def test_a_process_exits_cleanly_with_work_still_queued(backend):
     _check(_exit_of("8", backend, "own", "all", "queued"))
 
 
+@pytest.mark.cutlass
 def test_a_process_served_cutlass_on_a_thread_exits_cleanly():
     """One shape only: each CUTLASS kernel takes nvcc 20-26 s to build."""
     _available("cutlass")
