@@ -104,3 +104,33 @@ def test_an_unusable_cache_directory_leaves_every_call_right(tmp_path, where):
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith(f"not in use: MULTIBACKEND_CACHE_DIR is {folder!r}"), \
         done.stdout
+
+
+WRITER_SCRIPT = """
+import sys
+from multibackend.choose import tables
+entries = {f"matmul:float16->float16:rr:b1:m{i}:n64:k64": {
+    "backend": "triton", "config": {"name": f"tile{i}"}, "family": "matmul:float16->float16:rr",
+    "m": i, "n": 64, "k": 64} for i in range(1, 4000)}
+table = tables.new_table(entries)
+print("writing", flush=True)
+while True:
+    tables.save_table(table, sys.argv[1])
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_a_whole_table_or_none(tmp_path):
+    """A tuner killed with SIGKILL while it saves its table: readers find the last whole
+    table (written atomically: a temporary file synced, then renamed), never a torn one."""
+    import signal
+    import time
+
+    path = tmp_path / "table.json"
+    writer = subprocess.Popen([sys.executable, "-c", WRITER_SCRIPT, str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "writing"
+    time.sleep(0.5)  # many saves under way
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=60)
+    table = tables.read_table(path)  # whole, or this raises naming what is wrong
+    assert len(table["entries"]) == 3999
