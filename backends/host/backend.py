@@ -46,13 +46,7 @@ def _capability() -> Capability:
 
 class HostBackend(Backend):
     name = "host"
-
-    def __init__(self) -> None:
-        self._capability = _capability()
-
-    @property
-    def capability(self) -> Capability:
-        return self._capability
+    capability: Capability = _capability()
 
     def available(self) -> Reason | None:
         return self.torch_missing()

@@ -493,6 +493,8 @@ def test_an_unusable_cache_leaves_the_compiled_front_off_not_every_call_failing(
     (json.dumps({"format": tuning.FORMAT, "entries": {}}).encode(), "no 'environment' object"),
     (json.dumps({"format": tuning.FORMAT, "entries": {}, "environment": "h100"}).encode(),
      "no 'environment' object"),
+    (b"", "is not valid JSON"),  # cut short to nothing
+    (json.dumps({"format": 7}).encode(), "has format 7: expected a tuning table of format 1"),
 ])
 def test_a_bad_tuning_table_is_named_with_the_variable(monkeypatch, tmp_path, content, words):
     path = tmp_path / "table.json"
