@@ -16,11 +16,13 @@ Semantics every backend shares (and the tests hold them to):
 - NaN and Inf in the inputs propagate as IEEE arithmetic says (0 * Inf = NaN, Inf - Inf =
   NaN, a NaN anywhere in a row of A or column of B poisons that output), the same in every
   backend. A result that saturates (``saturate=True``, WMMA's satf) maps +-Inf to the largest
-  finite value and NaN to +0 instead.
+  finite value and NaN to +0 instead. As BLAS says, alpha = 0 reads neither A nor B (D is
+  ``beta * C``, answered without a kernel) and beta = 0 does not read C.
 - Work is ordered on the caller's current stream; nothing synchronizes the device, except
   that a NumPy result, or D for a host ``out``, is copied back to the host. Host operands are
-  computed on the GPU where there is one. A call with ``out`` answers the caller's own
-  ``out`` object.
+  computed on the GPU where there is one; without one, ``auto`` answers them with torch's own
+  CPU product (the ``host`` backend). A call with ``out`` answers the caller's own ``out``
+  object.
 """
 from __future__ import annotations
 
