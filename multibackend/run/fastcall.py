@@ -257,7 +257,8 @@ def load(build: bool = True) -> ModuleType | None:
         _loaded[key] = None
         return None
     module = None
-    if library is not None and library.is_file() and _whole(library):
+    # _build checked the library whole; one found without building is checked here
+    if library is not None and library.is_file() and (build or _whole(library)):
         try:
             loader = importlib.machinery.ExtensionFileLoader("multibackend._fastcall",
                                                              str(library))
