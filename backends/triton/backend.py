@@ -27,6 +27,8 @@ the tests take into account.
 """
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import replace
 from typing import Any
 
@@ -120,11 +122,29 @@ def _batch_rule(problem: Problem) -> tuple[str, str] | None:
     return None
 
 
+def usable_cache() -> None:
+    """Triton compiles into its cache folder (``$TRITON_CACHE_DIR``, else ``~/.triton/cache``);
+    where that folder cannot be made or written (a read-only home), every compile fails and no
+    tile would run. A private temporary folder then stands in for this process; a folder the
+    user named is left as it is."""
+    if os.environ.get("TRITON_CACHE_DIR"):
+        return
+    folder = triton.knobs.cache.dir
+    try:
+        os.makedirs(folder, exist_ok=True)
+        writable = os.access(folder, os.W_OK | os.X_OK)
+    except OSError:
+        writable = False
+    if not writable:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="multibackend-triton-")
+
+
 class TritonBackend(SplitKLaunches, Backend):
     name = "triton"
     takes_matrices = True
 
     def __init__(self) -> None:
+        usable_cache()
         self._capability = _capability()
         self._picks = AutotunePicks()
         self._matmul_launcher: Launcher | None = None

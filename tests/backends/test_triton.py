@@ -577,3 +577,23 @@ def test_fp8_inf_and_nan_propagate_in_the_interpreter(dtype, special):
         want = a.float() @ b.float()
         assert torch.equal(torch.isnan(d), torch.isnan(want))
         assert torch.equal(d.nan_to_num(), want.nan_to_num())
+
+
+def test_an_unusable_triton_cache_folder_is_replaced_for_the_process(tmp_path):
+    """A home where ``~/.triton`` cannot be made: Triton would fail every compile; the backend
+    gives it a private temporary folder, and leaves a folder the user named as it is."""
+    home = tmp_path / "home-is-a-file"
+    home.write_text("x")
+    code = ("import os; from multibackend.backends.triton.backend import usable_cache; "
+            "usable_cache(); print(os.environ.get('TRITON_CACHE_DIR', ''))")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_CACHE_DIR", "TRITON_HOME")}
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "HOME": str(home)},
+                          capture_output=True, text=True, timeout=120)
+    folder = done.stdout.strip()
+    assert done.returncode == 0 and "multibackend-triton-" in folder, done.stderr[-2000:]
+    assert os.access(folder, os.W_OK)
+    named = tmp_path / "named"
+    done = subprocess.run([sys.executable, "-c", code],
+                          env={**env, "HOME": str(home), "TRITON_CACHE_DIR": str(named)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == str(named)
