@@ -468,10 +468,23 @@ class TritonBackend(SplitKLaunches, Backend):
             problem, operands = folded, folded_operands(operands, folded)
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if interpreting() and problem.in_dtype.startswith("float8"):
+        if interpreting() and (problem.in_dtype.startswith("float8")
+                               or problem.in_dtype == "bfloat16"):
             # the interpreter reads fp8's Inf and NaN encodings as finite numbers (e5m2's Inf
-            # as 65536, e4m3's NaN as 480): it is handed the values torch converts exactly
-            operands = replace(operands, a=operands.a.float(), b=operands.b.float())
+            # as 65536, e4m3's NaN as 480) and bfloat16's subnormals wrongly: it is handed the
+            # values torch converts exactly (the products are exact in float32 either way)
+            c = operands.c
+            operands = replace(operands, a=operands.a.float(), b=operands.b.float(),
+                               c=None if c is None else c.float())
+        if interpreting() and problem.d_dtype == "bfloat16":
+            # ... and rounds to bfloat16 wrongly in the subnormal range: D is made in float32
+            # and rounded once by torch, as a GPU's conversion rounds
+            wide = operands.d.float()
+            c = operands.c
+            self._launch(problem.with_(d_dtype="float32"),
+                         replace(operands, d=wide, c=None if c is None else c.float()), config)
+            operands.d.copy_(wide)
+            return
         self._launch(problem, operands, config)
 
     def bind(self, problem: Problem, config: Config, operands: Operands):

@@ -597,3 +597,20 @@ def test_an_unusable_triton_cache_folder_is_replaced_for_the_process(tmp_path):
                           env={**env, "HOME": str(home), "TRITON_CACHE_DIR": str(named)},
                           capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == str(named)
+
+
+def test_bfloat16_subnormals_are_rounded_as_on_the_gpu_in_the_interpreter():
+    """The interpreter reads and rounds bfloat16's subnormals wrongly: the backend hands it
+    exactly converted float32 values and rounds D once with torch, so a product (and C) in the
+    subnormal range comes out as the GPU's conversion rounds it."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("the interpreter is off (a GPU runs the kernels)")
+    g = torch.Generator().manual_seed(5)
+    a = (torch.randn(16, 32, generator=g) * 3e-21).bfloat16()
+    b = (torch.randn(32, 16, generator=g) * 1e-19).bfloat16()
+    c = (torch.randn(16, 16, generator=g) * 1e-39).bfloat16()
+    exact = a.double() @ b.double()
+    assert exact.abs().max() < 1.2e-38, "the products lie in bfloat16's subnormal range"
+    for _ in range(2):  # planned, then served by the plan
+        assert torch.equal(mb.matmul(a, b, backend="triton"), exact.bfloat16())
+        assert torch.equal(mb.matmul(a, b, c, backend="triton"), (exact + c.double()).bfloat16())
