@@ -40,8 +40,16 @@ from multibackend.io.request import batched
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
+#: the largest K whose int8 sums stay within int32 whatever the values ((-128)^2 per term)
+INT8_EXACT_K = (2**31 - 1) // (128 * 128)
+
+
 def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
     if problem.op == "matmul" and problem.in_dtype == "int8":
+        if problem.k > INT8_EXACT_K:
+            return ("size", f"K={problem.k} lets an int8 sum pass int32's range, where "
+                            "cuBLASLt saturates and the library's result wraps (K at most "
+                            f"{INT8_EXACT_K})")
         if problem.m <= 16 or problem.k % 8 or problem.n % 8:
             return ("shape", f"cuBLASLt int8 GEMM (torch._int_mm) needs M > 16 and K, N "
                              f"multiples of 8; got M={problem.m}, N={problem.n}, K={problem.k}")

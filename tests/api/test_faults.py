@@ -90,3 +90,18 @@ def test_a_meta_tensor_holds_no_values_and_is_refused(call):
     meta = torch.empty(4, 4, device="meta")
     with pytest.raises(mb.InvalidArgument, match="on the meta device"):
         call(meta)
+
+
+def test_int8_sums_that_can_pass_int32_are_not_given_to_cublas():
+    """cuBLASLt's int8 GEMM saturates a sum past int32's range where the library's result wraps
+    (as every other backend's does): such K is refused by cuBLAS, so backends agree."""
+    from multibackend.backends.cublas.backend import INT8_EXACT_K
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic
+
+    cublas = REGISTRY.get("cublas")
+    fits = synthetic(64, 64, INT8_EXACT_K - INT8_EXACT_K % 8, "int8", b_layout="col")
+    assert cublas.capability.check(fits) is None
+    past = synthetic(64, 64, INT8_EXACT_K + 8 - INT8_EXACT_K % 8, "int8", b_layout="col")
+    refused = cublas.capability.check(past)
+    assert refused is not None and refused.rule == "size" and "wraps" in refused.message
