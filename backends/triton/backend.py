@@ -468,24 +468,42 @@ class TritonBackend(SplitKLaunches, Backend):
             problem, operands = folded, folded_operands(operands, folded)
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if interpreting() and (problem.in_dtype.startswith("float8")
-                               or problem.in_dtype == "bfloat16"):
-            # the interpreter reads fp8's Inf and NaN encodings as finite numbers (e5m2's Inf
-            # as 65536, e4m3's NaN as 480) and bfloat16's subnormals wrongly: it is handed the
-            # values torch converts exactly (the products are exact in float32 either way)
-            c = operands.c
-            operands = replace(operands, a=operands.a.float(), b=operands.b.float(),
-                               c=None if c is None else c.float())
-        if interpreting() and problem.d_dtype == "bfloat16":
-            # ... and rounds to bfloat16 wrongly in the subnormal range: D is made in float32
-            # and rounded once by torch, as a GPU's conversion rounds
-            wide = operands.d.float()
-            c = operands.c
-            self._launch(problem.with_(d_dtype="float32"),
-                         replace(operands, d=wide, c=None if c is None else c.float()), config)
-            operands.d.copy_(wide)
+        if interpreting():
+            self._interpreted(problem, operands, config)
             return
         self._launch(problem, operands, config)
+
+    def _interpreted(self, problem: Problem, ops: Operands, config: Config) -> None:
+        """A launch in Triton's interpreter, which misreads some values the GPU reads right:
+        fp8's Inf and NaN encodings (e5m2's Inf as 65536, e4m3's NaN as 480) and bfloat16's
+        subnormals, and which rounds to bfloat16 wrongly in the subnormal range. Operands
+        holding such values are handed over as float32 (torch converts them exactly; the
+        products are exact in float32 either way), and a bfloat16 D with an element below the
+        normal range (zero included) is made again in float32 and rounded once by torch.
+        Operands without them run the kernels' own fp8 and bfloat16 paths."""
+        import torch
+
+        def misread(t: Any) -> bool:
+            if t is None or t.dtype not in (torch.bfloat16, torch.float8_e4m3fn,
+                                            torch.float8_e5m2):
+                return False
+            if t.dtype != torch.bfloat16:
+                return not bool(torch.isfinite(t.float()).all())
+            wide = t.float().abs()
+            return bool(((wide > 0) & (wide < torch.finfo(torch.bfloat16).tiny)).any())
+
+        if misread(ops.a) or misread(ops.b) or misread(ops.c):
+            c = ops.c
+            ops = replace(ops, a=ops.a.float(), b=ops.b.float(),
+                          c=None if c is None else c.float())
+        self._launch(problem, ops, config)
+        tiny = torch.finfo(torch.bfloat16).tiny  # a D rounded into zero counts too
+        if problem.d_dtype == "bfloat16" and bool((ops.d.float().abs() < tiny).any()):
+            wide = ops.d.float()
+            self._launch(problem.with_(d_dtype="float32"),
+                         replace(ops, d=wide, c=None if ops.c is None else ops.c.float()),
+                         config)
+            ops.d.copy_(wide)
 
     def bind(self, problem: Problem, config: Config, operands: Operands):
         """The pointer kernel's (or both split-K kernels') kept launcher with the integer
