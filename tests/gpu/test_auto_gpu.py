@@ -217,10 +217,11 @@ def test_repeated_autotuned_calls_taking_torchs_op_are_served_by_the_compiled_fr
     exactly as the Python path would make it."""
     from multibackend.choose import store as autotune
     from multibackend.run import plans
+    from multibackend.verify import measure
 
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(autotune, "STORE", autotune.Store())
-    monkeypatch.setattr(autotune, "choose", lambda timings, mode: ("cublas", 0.0))
+    monkeypatch.setattr(measure, "winner", lambda timings, mode: ("cublas", 0.0))
     plans.forget()
     a, b = _rand((16, 1024), seed=33), _rand((1024, 5120), seed=34)
     first = mb.matmul(a, b, autotune="eager")
