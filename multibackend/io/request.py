@@ -51,6 +51,9 @@ class Call:
     #: a torch view of the caller's host ``out`` (NumPy's aside) where ``out`` is its copy on
     #: the GPU: D is copied back into it
     staged_out: Any = None
+    #: the operands are host tensors computed on the GPU: D comes back to the host, where
+    #: ``torch.matmul`` would have answered
+    to_host: bool = False
 
 
 def _shape(t) -> str:
@@ -226,6 +229,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
                        {name: named[name].tensor for name in ("A", "B", "C") if name in named})
     user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
     given = named["out"] if "out" in named else None
+    on_host = named["A"].tensor.device.type == "cpu"
     named = _to_gpu_if_host(named)
     own_out = staged_out = None
     if given is not None and given.kind != "numpy":
@@ -261,7 +265,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
-                named["out"].tensor if "out" in named else None, own_out, staged_out)
+                named["out"].tensor if "out" in named else None, own_out, staged_out,
+                to_host=on_host and device.type == "cuda")
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
@@ -287,6 +292,7 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
     if acc not in dtypes.ARRAY:
         raise InvalidArgument(f"{op}: acc_dtype is {acc_dtype!r}: dot returns its accumulator, "
                               f"so it must be an array dtype ({', '.join(dtypes.ARRAY)})")
+    on_host = vx.tensor.device.type == "cpu"
     named = _to_gpu_if_host(named)
     device, cc = _device_and_cc([v.tensor for v in named.values()])
     import torch
@@ -300,7 +306,8 @@ def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:
     problem = interned(Problem(op="dot", m=1, n=1, k=n, batch=1, a=vec[0], b=vec[1], c=None,
                                d_dtype=acc, acc=acc, device=str(device), cc=cc))
     operands = Operands(a=tx, b=ty, c=None, d=td, stream=stream)
-    return Call(problem, operands, vx.kind, False, device)
+    return Call(problem, operands, vx.kind, False, device,
+                to_host=on_host and device.type == "cuda")
 
 
 def call_for(A: Any, B: Any, C: Any = None, **kwargs: Any) -> Call:

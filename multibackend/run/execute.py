@@ -89,6 +89,8 @@ def finish(call: Call) -> Any:
         d = call.out
     elif call.squeeze:
         d = d[0]
+    if call.to_host:
+        d = d.cpu()
     result = to_kind(d, call.kind)
     if call.user_out is not None and result is not call.user_out:
         import numpy as np

@@ -3,8 +3,8 @@ repeated call takes (the remembered plan, the compiled front): an operand with t
 negation bit read as its values, also after its plain twin was planned, an ``out`` that
 shares memory with an operand refused on every call, empty batches and empty int8 products
 answered without a kernel, a handed-in config that cannot cover D refused before
-anything runs, host tensors computed on the GPU on every call (a host ``out`` written), and
-the caller's own ``out`` answered."""
+anything runs, host tensors computed on the GPU on every call with D answered on the host (a
+host ``out`` written), and the caller's own ``out`` answered."""
 from __future__ import annotations
 
 import numpy as np
@@ -120,13 +120,14 @@ def test_a_triton_config_that_cannot_cover_d_is_refused_before_launch():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_host_tensors_are_computed_on_the_gpu_on_every_call(backend):
     """Host torch tensors are copied to the GPU on every call, a repeated one too (no plan
-    serves them: it would hand a kernel host pointers), and a host ``out`` gets D back."""
+    serves them: it would hand a kernel host pointers); D comes back on the host, as
+    ``torch.matmul`` answers host tensors, and a host ``out`` gets D back."""
     a, b = _ints((33, 40), 11).cpu(), _ints((40, 24), 12).cpu()
     expected = (a.double() @ b.double()).half()
     for _ in range(4):
         d = mb.matmul(a, b, backend=backend)
-        assert d.is_cuda
-        torch.testing.assert_close(d.cpu(), expected, rtol=0, atol=0)
+        assert d.device.type == "cpu"
+        torch.testing.assert_close(d, expected, rtol=0, atol=0)
     out = torch.empty(33, 24, dtype=torch.float16)
     held = np.empty((33, 24), np.float16)
     for _ in range(4):
@@ -137,6 +138,13 @@ def test_host_tensors_are_computed_on_the_gpu_on_every_call(backend):
         given = DLPackOnly(held)
         assert mb.matmul(a, b, backend=backend, out=given) is given
         torch.testing.assert_close(torch.from_numpy(held), expected, rtol=0, atol=0)
+
+
+def test_a_dot_of_host_vectors_is_answered_on_the_host():
+    x, y = _ints((1000,), 15).cpu(), _ints((1000,), 16).cpu()
+    d = mb.dot(x, y)
+    assert d.device.type == "cpu" and d.dim() == 0
+    assert d.item() == (x.double() @ y.double()).item()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
