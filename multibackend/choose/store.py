@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
 from multibackend.core import environment
-from multibackend.core.errors import InvalidArgument
+from multibackend.core.errors import CacheUnusable, InvalidArgument
 from multibackend.core.names import ENV_AUTOTUNE
 from multibackend.core.problem import Problem
 from multibackend.gpu import cache
@@ -50,6 +51,8 @@ class Store:
         self._path = path
         self._entries: dict[str, dict] | None = None
         self._lock = threading.Lock()
+        #: why the last write failed (the entries are kept in memory), else ""
+        self.unsaved = ""
 
     @property
     def path(self) -> Path:
@@ -76,15 +79,23 @@ class Store:
             return self._entries.get(f"{mode}|{problem.key}")
 
     def put(self, problem: Problem, mode: str, entry: dict) -> None:
-        """Keep ``entry`` and write the file again (merged with what other processes wrote)."""
+        """Keep ``entry`` and write the file again (merged with what other processes wrote);
+        where the file cannot be written (a full disk), the entry is kept in memory and a
+        warning, once, says why."""
         with self._lock:
             merged = self._read()
             merged.update(self._entries or {})
             merged[f"{mode}|{problem.key}"] = entry
             self._entries = merged
             table = {"format": 1, "environment": environment.fingerprint(), "entries": merged}
-            cache.atomic_write(self.path, (json.dumps(table, indent=1, sort_keys=True)
-                                           + "\n").encode())
+            try:
+                cache.atomic_write(self.path, (json.dumps(table, indent=1, sort_keys=True)
+                                               + "\n").encode())
+            except CacheUnusable as exc:  # kept for this process; later ones measure again
+                if not self.unsaved:
+                    warnings.warn(f"first-call autotuning keeps its winners in memory only: "
+                                  f"{exc}", RuntimeWarning, stacklevel=2)
+                self.unsaved = str(exc)
 
 
 STORE = Store()

@@ -97,25 +97,32 @@ def write_checked(path: Path, data: bytes) -> None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see either the old file or the whole new one.
+    """Write ``data`` to ``path`` so readers see either the old file or the whole new one;
+    a write that fails (a full disk, a read-only one) leaves the old file and no temporary
+    one, and raises :class:`~multibackend.core.errors.CacheUnusable` naming the directory.
     The temporary file is made with mode 0o666, which the kernel reduces by the umask as for
     a plain ``open()`` (``tempfile.mkstemp`` would make it 0o600: a tuning table saved for
     another account could not be read there)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        if isinstance(exc, CacheUnusable):
+            raise
+        raise CacheUnusable(f"the cache directory {str(path.parent)!r}: writing {path.name} "
+                            f"failed ({exc.strerror or exc}); the entry there is unchanged. "
+                            "Free space there or point MULTIBACKEND_CACHE_DIR at another "
+                            "directory") from exc
 
 
 def read_entry(path: Path, validate) -> bytes | None:

@@ -230,13 +230,17 @@ def _build(key: str) -> Path | None:
                 cache.atomic_write(failed, f"{FAILED_WITH}{cxx}\n{log}".encode())
                 _reason[key] = f"its build failed (the compiler's output: {failed})"
                 return None
-            data = partial.read_bytes()
-            with open(partial, "rb") as written:  # on the disk before it is renamed
-                os.fsync(written.fileno())
-            cache.atomic_write(_record_path(library), json.dumps(
-                {"torch": torch.__version__, "compiler": cxx, "flags": [*flags, *OPTIONS],
-                 "digest": cache.digest(data)}).encode())
-            os.replace(partial, library)
+            try:
+                data = partial.read_bytes()
+                with open(partial, "rb") as written:  # on the disk before it is renamed
+                    os.fsync(written.fileno())
+                cache.atomic_write(_record_path(library), json.dumps(
+                    {"torch": torch.__version__, "compiler": cxx, "flags": [*flags, *OPTIONS],
+                     "digest": cache.digest(data)}).encode())
+                os.replace(partial, library)
+            except OSError:
+                partial.unlink(missing_ok=True)
+                raise
             return library
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -252,8 +256,9 @@ def load(build: bool = True) -> ModuleType | None:
         return _loaded[key]
     try:
         library = _build(key) if build else _paths(key)[0]
-    except CacheUnusable as exc:  # the Python path serves every call; the cache's users say
-        _reason[key] = str(exc)
+    except OSError as exc:  # the Python path serves every call; the cache's users say
+        _reason[key] = (str(exc) if isinstance(exc, CacheUnusable) else
+                        f"its build could not be kept in the cache ({exc})")
         _loaded[key] = None
         return None
     module = None
