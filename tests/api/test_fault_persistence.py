@@ -1,7 +1,8 @@
-"""Fault injection, CPU tier: a cache directory on a full disk. Every write of the cache
-(``cache.atomic_write``) ends in ``fsync``, where a full disk or an exceeded quota reports
-ENOSPC; the tests make ``fsync`` say so and check that nothing is torn or lost and that each
-writer either answers right or names the directory."""
+"""Fault injection, CPU tier: what the disk does to the cache. A cache directory on a full
+disk: every write of the cache (``cache.atomic_write``) ends in ``fsync``, where a full disk
+or an exceeded quota reports ENOSPC; the tests make ``fsync`` say so and check that nothing is
+torn or lost and that each writer either answers right or names the directory. A compiled
+kernel whose bytes changed in place after it was written is rebuilt, never loaded."""
 from __future__ import annotations
 
 import errno
@@ -88,3 +89,19 @@ def test_a_tuning_table_saved_on_a_full_disk_is_named_and_the_old_one_kept(tmp_p
     with pytest.raises(CacheUnusable, match="No space left on device"):
         tables.save_table(tables.new_table({}), path)
     assert json.loads(path.read_text()) == {"old": True}
+
+
+@pytest.mark.parametrize("damage", ["flipped", "cut short", "grown"])
+def test_a_compiled_kernel_changed_on_disk_is_removed_and_rebuilt(tmp_path, damage):
+    """Cubins and CUTLASS libraries are checked against the SHA-256 written beside them:
+    one garbled, truncated or appended to is removed (with its checksum), so the caller
+    builds it again instead of loading it."""
+    path = tmp_path / "kernel.cubin"
+    data = b"\x7fELF" + bytes(range(256)) * 4
+    cache.write_checked(path, data)
+    assert cache.read_checked(path, lambda d: d[:4] == b"\x7fELF") == data
+    changed = {"flipped": data[:100] + b"\x00" + data[101:], "cut short": data[:512],
+               "grown": data + b"\x00"}[damage]
+    path.write_bytes(changed)
+    assert cache.read_checked(path, lambda d: d[:4] == b"\x7fELF") is None
+    assert not path.exists() and not cache.checksum_path(path).exists()
