@@ -53,18 +53,18 @@ from multibackend.backends.triton.configs import (
     TMA_SPLITK_SHORTLIST,
     TMA_TILES,
     WAVE_USE_STEP,
-    _splitk_config,
-    _tile_config,
     _tile_count,
-    _tma_config,
     _wave_use,
     config_fault,
     interpreting,
+    pointer_tile,
     splitk_configs,
     splitk_eligible,
+    splitk_tile,
     tma_eligible,
     tma_operands,
     tma_splitk_configs,
+    tma_tile,
     width_blocks,
 )
 from multibackend.backends.triton.launch import LIMIT as LAUNCH_LIMIT
@@ -81,6 +81,7 @@ from multibackend.backends.triton.operands import (
     d_unit,
     load_units,
 )
+from multibackend.backends.triton.records import DotConfig, dot_of, tile_of
 from multibackend.backends.triton.splitk import SplitKLaunches
 from multibackend.core import dtypes
 from multibackend.core.capability import Capability, DtypeRule, Reason
@@ -189,23 +190,23 @@ class TritonBackend(SplitKLaunches, Backend):
         if folded is not None:
             return self.configs(folded)
         if problem.op == "dot":
-            return [Config.of(f"dot_b{DOT_BLOCK}_w{DOT_WARPS}", BLOCK=DOT_BLOCK,
-                              num_warps=DOT_WARPS)]
+            return [DotConfig(DOT_BLOCK, DOT_WARPS).config()]
         if interpreting():
-            split = ([_splitk_config(*INTERPRETER_SPLITK, fused=True),
-                      _splitk_config(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else [])
-            return [_tile_config(INTERPRETER_TILE)] + split + staging.offered(self, problem)
+            split = ([splitk_tile(*INTERPRETER_SPLITK, fused=True),
+                      splitk_tile(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else [])
+            return [pointer_tile(INTERPRETER_TILE)] + split + staging.offered(self, problem)
         width = int(dtypes.get(problem.in_dtype).itemsize)
-        tma = [_tma_config(t) for t in TMA_TILES] if tma_eligible(problem) else []
+        tma = [tma_tile(t) for t in TMA_TILES] if tma_eligible(problem) else []
         # split-K after TMA: a misaligned product's staged configs stay its TMA tiles
         tiles = (tma_splitk_configs(problem) + tma + splitk_configs(problem)
-                 + [_tile_config(t) for t in POINTER_TILES[width]])
+                 + [pointer_tile(t) for t in POINTER_TILES[width]])
         if min(problem.m, problem.n) <= 64:
             # a skinny product wastes most of a 128-wide tile: narrow tiles first
-            tiles.sort(key=lambda c: min(c.get("BLOCK_M"), c.get("BLOCK_N")) > 64)
+            tiles.sort(key=lambda c: min(tile_of(c).block_m, tile_of(c).block_n) > 64)
         # a misaligned product: its staged TMA tiles (see :mod:`multibackend.gpu.staging`) first
         return ([Config.of("autotune")]
-                + staging.offered(self, problem, keep=lambda c: c.get("kind") != "tma_splitk")
+                + staging.offered(self, problem,
+                                  keep=lambda c: tile_of(c).kind != "tma_splitk")
                 + tiles)
 
     def check_config(self, problem: Problem, config: Config) -> str | None:
@@ -234,9 +235,9 @@ class TritonBackend(SplitKLaunches, Backend):
         found = self._statics.get((problem, config))
         if found is not None:
             return found
-        bm, bn = config.get("BLOCK_M"), config.get("BLOCK_N")
-        grid = (-(-problem.m // bm) * -(-problem.n // bn), problem.batch, 1)
-        constexprs = dict(_tile_constexprs(problem, config), GROUP_M=config.get("GROUP_M"))
+        tile = tile_of(config)
+        grid = (-(-problem.m // tile.block_m) * -(-problem.n // tile.block_n), problem.batch, 1)
+        constexprs = dict(_tile_constexprs(problem, config), GROUP_M=tile.group_m)
         return self._keep_statics(problem, config, (grid, constexprs))
 
     def _matmul_launch(self, problem: Problem, ops: Operands, config: Config) -> tuple:
@@ -278,7 +279,8 @@ class TritonBackend(SplitKLaunches, Backend):
         persistent TMA kernel on these operands."""
         import triton.language as tl
 
-        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        tile = tile_of(config)
+        bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
         a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
         b_kmajor, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
         has_c, scale = ops.c is not None, ops.alpha != 1
@@ -292,13 +294,13 @@ class TritonBackend(SplitKLaunches, Backend):
                aligned(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr()))
 
         def constexprs() -> dict[str, Any]:
-            return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=config.get("GROUP_M"),
+            return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tile.group_m,
                         NUM_PROGRAMS=programs,
                         ACC=tl.float32 if problem.acc == "float32" else tl.float16,
                         B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale, D_TMA=d_tma,
-                        WARP_SPECIALIZE=config.get("WARP_SPECIALIZE"),
+                        WARP_SPECIALIZE=tile.warp_specialize,
                         D_UNIT=1 if d_tma else d_unit(problem, d, c if has_c else None),
-                        num_warps=config.get("num_warps"), num_stages=config.get("num_stages"))
+                        num_warps=tile.warps, num_stages=tile.stages)
 
         return (key, (programs, 1, 1),
                 (a_desc, b_desc, d_desc, c, d, *ints, ops.alpha, ops.beta), constexprs)
@@ -312,29 +314,29 @@ class TritonBackend(SplitKLaunches, Backend):
 
     # -- split-K ----------------------------------------------------------------------------
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
+        tile = tile_of(config)
         if staging.is_staged(config):
             staging.run(problem, ops, config, self._launch)
-        elif config.get("kind") == "splitk" and config.get("FUSED"):
+        elif tile.kind == "splitk" and tile.fused:
             self._launch_splitk_fused(problem, ops, config)
-        elif config.get("kind") == "tma_splitk":
+        elif tile.kind == "tma_splitk":
             sm90 = problem.with_(cc=(9, 0)) if interpreting() else problem
             if tma_operands(sm90) and _operands_ready(problem, ops):
                 self._launch_tma_splitk(problem, ops, config)
             else:  # operands the TMA unit cannot fetch (a batch, a column-major A, arrays
                 # off the 16-byte grid): the same split through plain loads, in tiles of
                 # the config's first column block
-                self._launch_splitk_fused(problem, ops, Config.of(
-                    f"{config.name}_by_loads", **dict(
-                        config.params, kind="splitk", FUSED=True,
-                        BLOCK_N=width_blocks(config.get("BLOCK_N"))[0])))
-        elif config.get("kind") == "splitk":
+                self._launch_splitk_fused(problem, ops, replace(
+                    tile, kind="splitk", fused=True,
+                    block_n=width_blocks(tile.block_n)[0]).config())
+        elif tile.kind == "splitk":
             self._launch_splitk(problem, ops, config)
-        elif config.get("kind") != "tma":
+        elif tile.kind != "tma":
             self._launch_matmul(problem, ops, config)
         elif _operands_ready(problem, ops):
             self._launch_tma(problem, ops, config)
         else:  # arrays off the 16-byte grid: the same tile through plain loads
-            self._launch_matmul(problem, ops, _tile_config(POINTER_TILES[2][0]))
+            self._launch_matmul(problem, ops, pointer_tile(POINTER_TILES[2][0]))
 
     def _shortlist(self, problem: Problem, sms: int) -> list[Config]:
         """The first TMA_SPLITK_SHORTLIST TMA split-K candidates (skinny and few-tile
@@ -345,13 +347,16 @@ class TritonBackend(SplitKLaunches, Backend):
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
         tiles = self.configs(problem)[1:]
-        pointer = [c for c in tiles if c.get("kind") not in ("tma", "splitk", "tma_splitk")]
-        tma_splits = [c for c in tiles if c.get("kind") == "tma_splitk"][:TMA_SPLITK_SHORTLIST]
+        pointer = [c for c in tiles if tile_of(c).kind == "pointer"]
+        tma_splits = [c for c in tiles if tile_of(c).kind == "tma_splitk"][:TMA_SPLITK_SHORTLIST]
         split = [c for c in tiles
-                 if c.get("kind") == "splitk" and not staging.is_staged(c)][:SPLITK_SHORTLIST]
+                 if tile_of(c).kind == "splitk" and not staging.is_staged(c)][:SPLITK_SHORTLIST]
 
         def count(c: Config) -> int:
-            return _tile_count(problem, c.get("BLOCK_M"), c.get("BLOCK_N"))
+            return _tile_count(problem, tile_of(c).block_m, tile_of(c).block_n)
+
+        def area(c: Config) -> int:
+            return tile_of(c).block_m * tile_of(c).block_n
 
         def use(c: Config) -> int:
             return round(_wave_use(count(c), sms) / WAVE_USE_STEP)
@@ -359,14 +364,13 @@ class TritonBackend(SplitKLaunches, Backend):
         # the first TMA tile offered (the largest: the most work per byte loaded, which can
         # outweigh an emptier last wave over several waves) and those whose last wave is
         # fullest, in the order offered on a tie
-        tma = [c for c in tiles if c.get("kind") == "tma"
+        tma = [c for c in tiles if tile_of(c).kind == "tma"
                and use(c) >= TMA_MIN_WAVE_USE / WAVE_USE_STEP]
         fullest = tma[:1] + sorted(tma[1:], key=lambda c: -use(c))[:TMA_SHORTLIST - 1]
         tma = [c for c in tma if c in fullest]
 
         filling = [c for c in pointer if count(c) >= sms]
-        fill = (max(filling, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")) if filling
-                else min(pointer, key=lambda c: c.get("BLOCK_M") * c.get("BLOCK_N")))
+        fill = max(filling, key=area) if filling else min(pointer, key=area)
         picked = tma_splits + tma + split + pointer[:2]
         return picked + ([fill] if fill not in picked else [])
 
@@ -395,7 +399,7 @@ class TritonBackend(SplitKLaunches, Backend):
         import torch
         import triton.language as tl
 
-        block, warps = config.get("BLOCK"), config.get("num_warps")
+        block, warps = dot_of(config).block, dot_of(config).warps
         acc = tl.float64 if problem.acc == "float64" else tl.float32
         programs = self._dot_programs(problem, block, ops.a)
         # the stream's float32 scratch (two words per float64 partial): written, then read
@@ -414,7 +418,7 @@ class TritonBackend(SplitKLaunches, Backend):
                     ops: Operands) -> native.Native | None:
         import torch
 
-        programs = self._dot_programs(problem, config.get("BLOCK"), ops.a)
+        programs = self._dot_programs(problem, dot_of(config).block, ops.a)
         first, finish = self._dot_launchers()
         kept, last = first.kept((problem, config)), finish.kept((problem.acc, programs))
         if kept is None or last is None:
@@ -513,11 +517,12 @@ class TritonBackend(SplitKLaunches, Backend):
             return None
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        if config.get("kind") in ("tma", "tma_splitk") or staging.is_staged(config):
+        tile = tile_of(config)
+        if tile.kind in ("tma", "tma_splitk") or staging.is_staged(config):
             return None
-        if config.get("kind") == "splitk" and config.get("FUSED"):
+        if tile.kind == "splitk" and tile.fused:
             return self._bind_splitk_fused(problem, config, operands)
-        if config.get("kind") == "splitk":
+        if tile.kind == "splitk":
             return self._bind_splitk(problem, config, operands)
         key, _, args, _ = self._matmul_launch(problem, operands, config)
         kept = self._launcher().kept(key)
@@ -552,7 +557,7 @@ class TritonBackend(SplitKLaunches, Backend):
             problem, operands = folded, folded_operands(operands, folded)
         if config.name == "autotune":
             config = self._autotuned(problem, operands)
-        kind = config.get("kind")
+        kind = tile_of(config).kind
         if kind == "splitk" or staging.is_staged(config):
             return None
         maps = {0: native.A + native.MAP, 1: native.B + native.MAP}

@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import triton
 
+from multibackend.backends.triton.records import TileConfig
 from multibackend.core import dtypes
 from multibackend.core.config import Config
 from multibackend.core.problem import Problem
@@ -134,31 +135,29 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _tile_config(tile: tuple) -> Config:
+def pointer_tile(tile: tuple) -> Config:
+    """The pointer kernel's config of a (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, GROUP_M)
+    tile of POINTER_TILES."""
     bm, bn, bk, warps, stages, group = tile
-    return Config.of(f"{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group}", BLOCK_M=bm, BLOCK_N=bn,
-                     BLOCK_K=bk, num_warps=warps, num_stages=stages, GROUP_M=group)
+    return TileConfig("pointer", bm, bn, bk, warps, stages, group_m=group).config()
 
 
-def _tma_config(tile: tuple) -> Config:
+def tma_tile(tile: tuple) -> Config:
+    """The persistent TMA kernel's config of a TMA_TILES entry."""
     bm, bn, bk, warps, stages, group, ws = tile
-    return Config.of(f"tma_{bm}x{bn}x{bk}_w{warps}_s{stages}_g{group}{'_ws' if ws else ''}",
-                     kind="tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps,
-                     num_stages=stages, GROUP_M=group, WARP_SPECIALIZE=ws)
+    return TileConfig("tma", bm, bn, bk, warps, stages, group_m=group,
+                      warp_specialize=ws).config()
 
 
-def _splitk_config(bm: int, bn: int, bk: int, split: int, warps: int, stages: int,
-                   fused: bool = False) -> Config:
-    return Config.of(f"splitk{'_fused' if fused else ''}_{bm}x{bn}x{bk}_s{split}_w{warps}"
-                     f"_st{stages}", kind="splitk", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                     SPLIT_K=split, num_warps=warps, num_stages=stages, FUSED=fused)
+def splitk_tile(bm: int, bn: int, bk: int, split: int, warps: int, stages: int,
+                fused: bool = False) -> Config:
+    """A split-K config over pointer loads (``fused``: reduced by the same kernel)."""
+    return TileConfig("splitk", bm, bn, bk, warps, stages, split_k=split, fused=fused).config()
 
 
-def _tma_splitk_config(bm: int, bn: int, bk: int, split: int, warps: int,
-                       stages: int) -> Config:
-    return Config.of(f"tma_splitk_{bm}x{bn}x{bk}_s{split}_w{warps}_st{stages}",
-                     kind="tma_splitk", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
-                     num_warps=warps, num_stages=stages)
+def tma_splitk_tile(bm: int, bn: int, bk: int, split: int, warps: int, stages: int) -> Config:
+    """A TMA split-K config."""
+    return TileConfig("tma_splitk", bm, bn, bk, warps, stages, split_k=split).config()
 
 
 #: the parameters each kind of matmul config must give (the dot's: BLOCK and num_warps)
@@ -302,8 +301,8 @@ def splitk_configs(problem: Problem) -> list[Config]:
         if split > 1:
             stages = min(SPLITK_MAX_STAGES, SPLITK_SMEM // ((bm + bn) * bk * width))
             if split <= FUSED_MAX_SPLITS:
-                fused.append(_splitk_config(bm, bn, bk, split, warps, stages, fused=True))
-            two_pass.append(_splitk_config(bm, bn, bk, split, warps, stages))
+                fused.append(splitk_tile(bm, bn, bk, split, warps, stages, fused=True))
+            two_pass.append(splitk_tile(bm, bn, bk, split, warps, stages))
     return fused + two_pass
 
 
@@ -381,7 +380,7 @@ def tma_splitk_configs(problem: Problem) -> list[Config]:
         unsplit = (1,) if split > 1 and count >= TMA_SPLITK_UNSPLIT_WAVE * SPLITK_SMS else ()
         for slices in (split,) + unsplit:
             stages = tma_stages(bm, bn, bk, count * slices)
-            found.append(_tma_splitk_config(bm, bn, bk, slices, warps, stages))
+            found.append(tma_splitk_tile(bm, bn, bk, slices, warps, stages))
     return found
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from multibackend.backends.triton.configs import interpreting
+from multibackend.backends.triton.records import tile_of
 from multibackend.core.config import Config, Operands
 from multibackend.core.problem import Problem
 
@@ -20,16 +21,17 @@ def _tile_constexprs(problem: Problem, config: Config) -> dict[str, Any]:
     """The constexprs and launch options the pointer and split-K kernels share."""
     import triton.language as tl
 
-    bk = config.get("BLOCK_K")
+    tile = tile_of(config)
+    bk = tile.block_k
     acc = {"float32": tl.float32, "float16": tl.float16, "float64": tl.float64,
            "int32": tl.int32}[problem.acc]
     precision = "ieee" if problem.in_dtype == "float64" else problem.precision or "ieee"
     upcast = interpreting() and problem.in_dtype in ("bfloat16", "float8_e4m3fn",
                                                      "float8_e5m2")
-    return dict(BLOCK_M=config.get("BLOCK_M"), BLOCK_N=config.get("BLOCK_N"), BLOCK_K=bk,
+    return dict(BLOCK_M=tile.block_m, BLOCK_N=tile.block_n, BLOCK_K=bk,
                 ACC=acc, INPUT_PRECISION=precision, EVEN_K=problem.k % bk == 0,
-                UPCAST=upcast, WIDE_K=wide_k(problem, bk), num_warps=config.get("num_warps"),
-                num_stages=config.get("num_stages"))
+                UPCAST=upcast, WIDE_K=wide_k(problem, bk), num_warps=tile.warps,
+                num_stages=tile.stages)
 
 
 def wide_k(problem: Problem, block_k: int) -> bool:

@@ -31,6 +31,7 @@ from multibackend.backends.triton.operands import (
     load_units,
     tma_reduction,
 )
+from multibackend.backends.triton.records import tile_of
 from multibackend.core.config import Config, Operands
 from multibackend.core.errors import InvalidArgument
 from multibackend.core.problem import Problem
@@ -51,12 +52,13 @@ class SplitKLaunches:
                                   f"products of float16, bfloat16 or float32 operands "
                                   f"accumulated in float32, not {problem.describe()}")
         m, n, batch = problem.m, problem.n, problem.batch
-        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        tile = tile_of(config)
+        bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
         steps = triton.cdiv(problem.k, bk)
-        splits = _exact_split(steps, config.get("SPLIT_K"))
+        splits = _exact_split(steps, tile.split_k)
         rbm = min(16, triton.next_power_of_2(m))
         rbn = min(REDUCE_ELEMENTS // rbm, triton.next_power_of_2(n))
-        fused = bool(config.get("FUSED")) or config.get("kind") == "tma_splitk"
+        fused = tile.fused or tile.kind == "tma_splitk"
         tiles = _tile_count(problem, bm, bn)
         plan = _SplitPlan(
             grid=(tiles // batch, splits, batch),
@@ -163,7 +165,8 @@ class SplitKLaunches:
         its slices are summed by atomics, in no fixed order) of the TMA split-K kernel on
         these operands."""
         plan = self._splitk_statics(problem, config)
-        bm, bn, bk = config.get("BLOCK_M"), config.get("BLOCK_N"), config.get("BLOCK_K")
+        tile = tile_of(config)
+        bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
         block, extra = width_blocks(bn)
         if extra and plan.splits > 1:
             raise InvalidArgument(f"triton: config is {config.name!r}: a tile {bn} wide (two "
@@ -192,8 +195,7 @@ class SplitKLaunches:
             return dict(BLOCK_M=bm, BLOCK_N=block, EXTRA_N=extra, BLOCK_K=bk,
                         GROUP_M=SPLITK_GROUP_M, B_KMAJOR=b_kmajor, HAS_C=has_c, SCALE=scale,
                         REDUCE=reduce, D_UNIT=d_unit(problem, d, c if has_c else None),
-                        num_warps=config.get("num_warps"),
-                        num_stages=config.get("num_stages"))
+                        num_warps=tile.warps, num_stages=tile.stages)
 
         return (key, plan.grid[:2] + (1,),
                 (a_desc, b_desc, bx_desc, c, d, work, counters, *ints, ops.alpha, ops.beta),

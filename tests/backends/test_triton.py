@@ -488,7 +488,7 @@ def test_configs_of_one_name_and_other_parameters_each_run_their_own():
 def _tma_tile():
     from multibackend.backends.triton import configs as backend_module
 
-    return backend_module._tma_config((32, 32, 32, 4, 1, 8, False))
+    return backend_module.tma_tile((32, 32, 32, 4, 1, 8, False))
 
 
 @pytest.mark.parametrize("what,a,b", [
@@ -614,3 +614,55 @@ def test_bfloat16_subnormals_are_rounded_as_on_the_gpu_in_the_interpreter():
     for _ in range(2):  # planned, then served by the plan
         assert torch.equal(mb.matmul(a, b, backend="triton"), exact.bfloat16())
         assert torch.equal(mb.matmul(a, b, c, backend="triton"), (exact + c.double()).bfloat16())
+
+
+def _shipped_triton_configs() -> list[dict]:
+    """Every Triton config the shipped calibration data names, winners and timed candidates."""
+    found = []
+    for path in sorted((Path(mb.__file__).parent / "data").glob("calibration-*.json")):
+        for entry in json.loads(path.read_text())["entries"].values():
+            if entry["backend"] == "triton":
+                found.append(entry["config"])
+    return found
+
+
+def test_typed_records_name_every_offered_config_and_make_it_again(monkeypatch):
+    """Each Triton config offered on an sm_90 GPU is made by a typed record whose name is
+    derived from its fields: reading a config back into its record and making it again
+    gives the same config, name included, for every kind (pointer, TMA, split-K, TMA
+    split-K) and the dot."""
+    from multibackend.backends.triton.records import dot_of, tile_of
+    from multibackend.choose.registry import REGISTRY
+    from multibackend.core.problem import synthetic, synthetic_dot
+    from multibackend.gpu import staging
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the GPU's candidates, not the interpreter's
+    backend = REGISTRY.get("triton")
+    kinds = set()
+    for m, n, k in ((1, 4096, 4096), (64, 14336, 4096), (512, 512, 512), (4096, 4096, 4096),
+                    (3000, 4097, 1000), (256, 10240, 8192)):
+        for b_layout in ("row", "col"):
+            problem = synthetic(m, n, k, "float16", cc=(9, 0), b_layout=b_layout)
+            for config in backend.configs(problem)[1:]:
+                if staging.is_staged(config):
+                    continue
+                record = tile_of(config)
+                kinds.add(record.kind)
+                assert record.config() == config and record.name == config.name
+    assert kinds == {"pointer", "tma", "splitk", "tma_splitk"}
+    dot = backend.configs(synthetic_dot(4096))[0]
+    assert dot_of(dot).config() == dot
+
+
+def test_the_shipped_calibrations_triton_configs_are_records_own():
+    """Names written into the shipped data before the records existed are the records' names."""
+    from multibackend.backends.triton.records import tile_of
+    from multibackend.core.config import Config
+
+    shipped = _shipped_triton_configs()
+    assert shipped, "the shipped calibration names Triton configs"
+    for data in shipped:
+        config = Config.from_dict(data)
+        if config.name == "autotune" or config.get("staged"):
+            continue
+        assert tile_of(config).config() == config, data

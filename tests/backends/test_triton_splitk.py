@@ -327,9 +327,9 @@ def _left_at_zero() -> bool:
 
 
 def _tma_splitk_call(a, b, c=None, *, tile=TMA_TILE, **kw):
-    from multibackend.backends.triton.configs import _tma_splitk_config
+    from multibackend.backends.triton.configs import tma_splitk_tile
 
-    return _splitk(a, b, c, config=_tma_splitk_config(*tile), **kw)
+    return _splitk(a, b, c, config=tma_splitk_tile(*tile), **kw)
 
 
 @pytest.fixture(params=[TMA_TILE, TMA_PAIR_TILE, TMA_WIDE_TILE],

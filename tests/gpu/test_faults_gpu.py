@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import multibackend as mb  # noqa: E402
+import multibackend as mb
 
 pytestmark = pytest.mark.gpu
 

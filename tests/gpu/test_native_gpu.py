@@ -259,7 +259,7 @@ def _triton_tma_config(name):
     from multibackend.backends.triton import configs as tb
 
     kind, tile = TRITON_TMA[name]
-    return tb._tma_splitk_config(*tile) if kind == "tma_splitk" else tb._tma_config(tile)
+    return tb.tma_splitk_tile(*tile) if kind == "tma_splitk" else tb.tma_tile(tile)
 
 
 def _tma_handed_over(config, a, b):

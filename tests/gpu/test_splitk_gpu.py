@@ -129,13 +129,13 @@ def test_tma_splitk_in_two_slices_gives_the_same_bits_every_run(shape, tile):
     """Two slices paired (the first shorter), deterministic algorithms off: every call and
     every replay of a graph the same bits on random operands, within float32's bound for a
     K-long sum of the float64 product (K * 2^-24 * (|A| @ |B|)), counters left at zero."""
-    from multibackend.backends.triton.configs import _tma_splitk_config
+    from multibackend.backends.triton.configs import tma_splitk_tile
     from multibackend.choose.registry import REGISTRY
 
     m, n, k = shape
     gen = torch.Generator(device="cuda").manual_seed(9)
     a, b = _random((m, k), gen), _random((k, n), gen)
-    config = _tma_splitk_config(*tile)
+    config = tma_splitk_tile(*tile)
     first = mb.matmul(a, b, backend="triton", config=config, out_dtype=torch.float32)
     bound = k * 2.0 ** -24 * (a.double().abs() @ b.double().abs())
     assert ((first.double() - a.double() @ b.double()).abs() <= bound).all()
