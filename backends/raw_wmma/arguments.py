@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, NamedTuple
 
 from multibackend.backends.raw_wmma.kernels import (
-    BLOCKS_PER_SM,
+    DOT_CONFIGS,
     DOT_THREADS,
     DOT_UNROLL,
     ELEM_CODES,
@@ -95,7 +95,7 @@ def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple
            and y.data_ptr() % 16 == 0)
     per_step = 16 // x.element_size() if vec else 1
     wanted = -(-problem.k // (DOT_THREADS * per_step * DOT_UNROLL))
-    return vec, max(1, min(BLOCKS_PER_SM[config.name] * sms, wanted))
+    return vec, max(1, min(DOT_CONFIGS[config.name].blocks_per_sm * sms, wanted))
 
 
 def dot_arguments(problem: Problem, ops: Operands, partial: int,

@@ -60,10 +60,9 @@ from multibackend.backends.raw_wmma.arguments import (
     tensor_maps,
 )
 from multibackend.backends.raw_wmma.kernels import (
-    BLOCKS_PER_SM,
+    DOT_CONFIGS,
     DOT_FINAL_PARAMS,
     DOT_PARAMS,
-    DOT_THREADS,
     FAST_TILES,
     FRAGS,
     KMAJOR_OFFERED,
@@ -77,7 +76,7 @@ from multibackend.backends.raw_wmma.kernels import (
     dot_final_name,
     dot_kernel_name,
     fast_eligible,
-    generic_tile,
+    fragment,
     kernel_for,
     mma_eligible,
     mma_kind,
@@ -217,16 +216,12 @@ class RawWmmaBackend(Backend):
 
     def configs(self, problem: Problem) -> list[Config]:
         if problem.op == "dot":
-            return [Config.of(name, THREADS=DOT_THREADS, BLOCKS_PER_SM=bps)
-                    for name, bps in BLOCKS_PER_SM.items()]
+            return [dot.config() for dot in DOT_CONFIGS.values()]
         out = []
         if tma_eligible(problem) is None:
-            for name, (bm, bn, stages, cluster) in TMA_TILES.items():
-                out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16 + 4,
-                                     CLUSTER=cluster))
+            out += [tile.config() for tile in TMA_TILES.values()]
         if wgmma_eligible(problem) is None:
-            for name, (bm, bn, stages) in WGMMA_TILES.items():
-                out.append(Config.of(name, BM=bm, BN=bn, STAGES=stages, WARPS=bm // 16))
+            out += [tile.config() for tile in WGMMA_TILES.values()]
         # the K-major kernels on copies of A row-major and B column-major (staging.py): ahead
         # of the WMMA kernels, after the fast f16 / bf16 one (no copy, no stream pinning)
         kmajor = (staging.offered(self, problem, KMAJOR_OFFERED, kmajor=True,
@@ -241,17 +236,12 @@ class RawWmmaBackend(Backend):
             if fast_eligible(staging.staged_problem(problem)) is None:
                 out += staging.offered(self, problem, len(FAST_TILES))
         if fast is None:
-            for name, (bm, bn, bk, wm, wn, stages) in FAST_TILES.items():
-                out.append(Config.of(name, BM=bm, BN=bn, BK=bk, STAGES=stages,
-                                     WARPS=wm * wn, FRAG="16x16x16"))
+            out += [tile.config() for tile in FAST_TILES.values()]
         if sixteen_bit:
             out += kmajor
         if mma_eligible(problem) is None:
-            for name, (k, bm, bn, wm, wn, stages) in MMA_TILES[mma_kind(problem)].items():
-                out.append(Config.of(name, MMA_K=k, BM=bm, BN=bn, STAGES=stages, WARPS=wm * wn))
-        for frag in FRAGS.get(problem.in_dtype, ()):
-            bm, bn = generic_tile(frag)
-            out.append(Config.of(f"wmma_{frag}", FRAG=frag, BM=bm, BN=bn, STAGES=1, WARPS=4))
+            out += [tile.config() for tile in MMA_TILES[mma_kind(problem)].values()]
+        out += [fragment(frag).config() for frag in FRAGS.get(problem.in_dtype, ())]
         return out
 
     # -- compile and load --
@@ -459,7 +449,7 @@ class RawWmmaBackend(Backend):
             with self._lock:
                 found = self._scratch.get(key)
                 if found is None:
-                    buf = torch.empty(max(BLOCKS_PER_SM.values()) * sms,
+                    buf = torch.empty(max(d.blocks_per_sm for d in DOT_CONFIGS.values()) * sms,
                                       dtype=torch.float64 if wide else torch.float32,
                                       device=f"cuda:{device}")
                     found = self._scratch[key] = (buf, buf.data_ptr())

@@ -6,6 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from multibackend.backends.raw_wmma.records import (
+    DotBlocks,
+    FastTile,
+    MmaTile,
+    TmaTile,
+    WgmmaTile,
+    WmmaFragment,
+    by_name,
+)
 from multibackend.core.config import Config
 from multibackend.core.errors import InvalidArgument
 from multibackend.core.problem import Operand, Problem
@@ -20,17 +29,13 @@ DOT_THREADS = 256
 DOT_UNROLL = 4
 MAX_GRID_Y = 65535
 
-#: fast-kernel tiles: name -> (BM, BN, BK, warps along M, warps along N, stages); default first
+#: fast-kernel tiles by name (:class:`~.records.FastTile`); the default first
 #: (kept in step with the RW_FAST_DTYPE list in raw_wmma/wmma_fast.cu)
-FAST_TILES = {
-    "fast_128x256x32_s3": (128, 256, 32, 2, 4, 3),
-    "fast_128x128x64_s3": (128, 128, 64, 2, 2, 3),
-    "fast_256x128x64_s3": (256, 128, 64, 4, 2, 3),
-    "fast_128x256x64_s3": (128, 256, 64, 2, 4, 3),
-    "fast_128x256x64_s4": (128, 256, 64, 2, 4, 4),
-    "fast_128x128x32_s4": (128, 128, 32, 2, 4, 4),
-    "fast_128x128x32_s3": (128, 128, 32, 2, 2, 3),
-}
+FAST_TILES = by_name(
+    FastTile(128, 256, 32, 2, 4, 3), FastTile(128, 128, 64, 2, 2, 3),
+    FastTile(256, 128, 64, 4, 2, 3), FastTile(128, 256, 64, 2, 4, 3),
+    FastTile(128, 256, 64, 2, 4, 4), FastTile(128, 128, 32, 2, 4, 4),
+    FastTile(128, 128, 32, 2, 2, 3))
 FAST_PAD = 8
 
 #: the PTX K-major kernel's kind for each input type (b1: AND products only)
@@ -38,27 +43,25 @@ MMA_KINDS = {"bit": "b1and", "int8": "s8", "uint8": "u8", "float16": "f16", "bfl
              "float32": "tf32", "float64": "f64"}
 #: kinds whose instruction exists from sm_90 on (f64 m16n8k4)
 MMA_SM90 = ("f64",)
-_MMA_TILES = {"128x256_s4": (128, 256, 2, 4, 4), "256x128_s4": (256, 128, 4, 2, 4),
-              "128x128_s4": (128, 128, 2, 2, 4)}
-#: PTX K-major tiles per kind: name -> (the instruction's K, BM, BN, warps along M, warps
-#: along N, stages); the default first (kept in step with the RW_MMA list in
-#: raw_wmma/mma_kmajor.cu)
-MMA_TILES: dict[str, dict[str, tuple[int, int, int, int, int, int]]] = {
-    kind: {f"mma_m16n8k{k}_{tile}": (k, *shape) for tile, shape in _MMA_TILES.items()}
+#: (BM, BN, warps along M, warps along N, stages) of the PTX K-major tiles of every kind
+_MMA_SHAPES = ((128, 256, 2, 4, 4), (256, 128, 4, 2, 4), (128, 128, 2, 2, 4))
+#: PTX K-major tiles per kind, by name (:class:`~.records.MmaTile`); the default first (kept
+#: in step with the RW_MMA list in raw_wmma/mma_kmajor.cu)
+MMA_TILES: dict[str, dict[str, MmaTile]] = {
+    kind: by_name(*(MmaTile(k, *shape) for shape in _MMA_SHAPES))
     for kind, k in (("b1and", 256), ("s8", 32), ("u8", 32), ("f16", 16), ("bf16", 16),
                     ("tf32", 8))}
-MMA_TILES["b1and"]["mma_m16n8k128_128x256_s4"] = (128, *_MMA_TILES["128x256_s4"])
+MMA_TILES["b1and"].update(by_name(MmaTile(128, *_MMA_SHAPES[0])))
 # f64: warp tiles of 64 x 32 and 32 x 64 (64 double accumulators per thread)
-MMA_TILES["f64"] = {"mma_m16n8k4_64x128_s4": (4, 64, 128, 2, 2, 4),
-                    "mma_m16n8k4_128x128_s4": (4, 128, 128, 2, 4, 4),
-                    "mma_m16n8k4_128x64_s4": (4, 128, 64, 2, 2, 4)}
+MMA_TILES["f64"] = by_name(MmaTile(4, 64, 128, 2, 2, 4), MmaTile(4, 128, 128, 2, 4, 4),
+                           MmaTile(4, 128, 64, 2, 2, 4))
 #: bytes of K each stage of the K-major kernel holds per row
 MMA_ROW_BYTES = 128
 #: kinds the warpgroup (wgmma) K-major kernel computes (sm_90a; wgmma has no f64)
 WGMMA_KINDS = ("b1and", "s8", "u8", "f16", "bf16", "tf32")
-#: warpgroup K-major tiles: name -> (BM, BN, stages), one warp per 16 rows; the default first
-#: (kept in step with RW_WGMMA_TILES in raw_wmma/mma_kmajor.cu)
-WGMMA_TILES = {"wgmma_256x128_s4": (256, 128, 4), "wgmma_128x256_s4": (128, 256, 4)}
+#: warpgroup K-major tiles by name (:class:`~.records.WgmmaTile`); the default first (kept in
+#: step with RW_WGMMA_TILES in raw_wmma/mma_kmajor.cu)
+WGMMA_TILES = by_name(WgmmaTile(256, 128, 4), WgmmaTile(128, 256, 4))
 #: the K-major kernels' config names, and how many of them a product in another layout is
 #: offered as K-major staged configs (its first ones for the staged problem)
 KMAJOR_PREFIXES = ("tma_", "wgmma_", "mma_")
@@ -67,10 +70,9 @@ KMAJOR_OFFERED = 2
 WGMMA_CC = (9, 0)
 #: the bytes the warpgroup kernel's stages may need to start on a 1024-byte boundary
 WGMMA_ALIGN = 1024
-#: TMA-fed warpgroup tiles: name -> (BM, BN, stages, CTAs per cluster sharing B's loads);
-#: BM / 64 consumer warpgroups and one producer warpgroup; the default first (kept in step
-#: with RW_TMA_TILES in raw_wmma/mma_kmajor.cu)
-TMA_TILES = {"tma_128x256_c1": (128, 256, 4, 1), "tma_128x256_c2": (128, 256, 4, 2)}
+#: TMA-fed warpgroup tiles by name (:class:`~.records.TmaTile`); the default first (kept in
+#: step with RW_TMA_TILES in raw_wmma/mma_kmajor.cu)
+TMA_TILES = by_name(TmaTile(128, 256, 1), TmaTile(128, 256, 2))
 
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
@@ -89,7 +91,8 @@ WARP_FRAGS = {"16x16x16": (2, 2), "32x8x16": (1, 4), "8x32x16": (4, 1), "16x16x8
               "8x8x4": (2, 2)}
 SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32", "float64": "f64",
          "int8": "s8", "uint8": "u8", "int4": "s4", "uint4": "u4"}
-BLOCKS_PER_SM = {"dot_8bps": 8, "dot_4bps": 4}
+#: the dot kernel's configs by name (:class:`~.records.DotBlocks`)
+DOT_CONFIGS = by_name(DotBlocks(8, DOT_THREADS), DotBlocks(4, DOT_THREADS))
 
 #: the parameters of each entry point, named and typed as the extern "C" signatures of
 #: raw_wmma/*.cu declare them (RW_FAST, RW_GENERIC, RW_SUBBYTE, RW_DOT, RW_DOT_FINAL)
@@ -254,9 +257,9 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
     to the problem."""
     problem, config = staging.unwrap(problem, config)
     if problem.op == "dot":
-        if config.name not in BLOCKS_PER_SM:
+        if config.name not in DOT_CONFIGS:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r}: dot configs are "
-                                  f"{', '.join(BLOCKS_PER_SM)}")
+                                  f"{', '.join(DOT_CONFIGS)}")
         return Kernel("dot.cu", "", DOT_THREADS)
     lay = _lay(problem.a) + _lay(problem.b)
     dtype = problem.in_dtype
@@ -264,30 +267,30 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
         why = fast_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        bm, bn, bk, wm, wn, stages = FAST_TILES[config.name]
-        short = SHORT[dtype]
-        return Kernel("wmma_fast.cu", f"rw_fast_{short}_{bm}x{bn}x{bk}_s{stages}_{lay}",
-                      wm * wn * 32,
-                      fast_smem_bytes(bm, bn, bk, stages, lay[0] == "r", lay[1] == "r"),
-                      (bm, bn))
+        fast = FAST_TILES[config.name]
+        return Kernel("wmma_fast.cu",
+                      f"rw_fast_{SHORT[dtype]}_{fast.name.removeprefix('fast_')}_{lay}",
+                      fast.warps * 32,
+                      fast_smem_bytes(fast.bm, fast.bn, fast.bk, fast.stages, lay[0] == "r",
+                                      lay[1] == "r"), (fast.bm, fast.bn))
     if config.name in TMA_TILES:
         why = tma_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        bm, bn, stages, cluster = TMA_TILES[config.name]
+        tma = TMA_TILES[config.name]
         return Kernel("mma_kmajor.cu",
-                      f"rw_tma_{mma_kind(problem)}_{config.name.removeprefix('tma_')}",
-                      bm // 16 * 32 + 128, tma_smem_bytes(bm, bn, stages), (bm, bn), "a",
-                      (bm, bn // cluster))
+                      f"rw_tma_{mma_kind(problem)}_{tma.name.removeprefix('tma_')}",
+                      tma.warps * 32, tma_smem_bytes(tma.bm, tma.bn, tma.stages),
+                      (tma.bm, tma.bn), "a", (tma.bm, tma.bn // tma.cluster))
     if config.name in WGMMA_TILES:
         why = wgmma_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        bm, bn, stages = WGMMA_TILES[config.name]
+        wg = WGMMA_TILES[config.name]
         return Kernel("mma_kmajor.cu",
-                      f"rw_wgmma_{mma_kind(problem)}_{config.name.removeprefix('wgmma_')}",
-                      bm // 16 * 32, mma_smem_bytes(bm, bn, stages, warpgroup=True), (bm, bn),
-                      "a")
+                      f"rw_wgmma_{mma_kind(problem)}_{wg.name.removeprefix('wgmma_')}",
+                      wg.warps * 32, mma_smem_bytes(wg.bm, wg.bn, wg.stages, warpgroup=True),
+                      (wg.bm, wg.bn), "a")
     if config.name.startswith("mma_"):
         kind = mma_kind(problem)
         tiles = MMA_TILES.get(kind or "", {})
@@ -297,9 +300,10 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
         why = mma_eligible(problem)
         if why:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
-        _, bm, bn, wm, wn, stages = tiles[config.name]
-        return Kernel("mma_kmajor.cu", f"rw_mma_{kind}_{config.name.removeprefix('mma_')}",
-                      wm * wn * 32, mma_smem_bytes(bm, bn, stages), (bm, bn))
+        mma = tiles[config.name]
+        return Kernel("mma_kmajor.cu", f"rw_mma_{kind}_{mma.name.removeprefix('mma_')}",
+                      mma.warps * 32, mma_smem_bytes(mma.bm, mma.bn, mma.stages),
+                      (mma.bm, mma.bn))
     frag = config.name.removeprefix("wmma_")
     if not config.name.startswith("wmma_") or frag not in FRAGS.get(dtype, ()):
         raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {dtype} takes "
@@ -320,6 +324,11 @@ def generic_tile(frag: str) -> tuple[int, int]:
     fm, fn, _ = (int(x) for x in frag.split("x"))
     wfm, wfn = WARP_FRAGS.get(frag, (4, 4))
     return 2 * wfm * fm, 2 * wfn * fn
+
+
+def fragment(frag: str) -> WmmaFragment:
+    """The generic or sub-byte kernel's record for a fragment shape."""
+    return WmmaFragment(frag, *generic_tile(frag))
 
 
 def dot_kernel_name(problem: Problem, vec: bool) -> str:

@@ -283,7 +283,8 @@ def test_wgmma_kernels_sass(builds):
     and stores D pairwise; 0 spills and no stack."""
     report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
     for kind in rw_kernels.WGMMA_KINDS:
-        for config, (bm, bn, _) in rw_kernels.WGMMA_TILES.items():
+        for config, tile in rw_kernels.WGMMA_TILES.items():
+            bn = tile.bn
             name = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
             text = sass[name]
             n = 128 if kind in ("s8", "u8") or bn == 128 else 256
@@ -309,7 +310,8 @@ def test_tma_kernels_sass(builds):
     D pairwise; cluster kernels meet at cluster barriers; 0 spills and no stack."""
     report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
     for kind in rw_kernels.WGMMA_KINDS:
-        for config, (bm, bn, _, cluster) in rw_kernels.TMA_TILES.items():
+        for config, tile in rw_kernels.TMA_TILES.items():
+            bn, cluster = tile.bn, tile.cluster
             name = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
             text = sass[name]
             n = 128 if kind in ("s8", "u8") else 256
@@ -344,13 +346,15 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
             [*fast, *(tiles if kind != "f64" else ()), *wmma[kind]]
         if wgmma:
             kernel = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(wgmma[0]))
-            bm, bn, stages = rw_kernels.WGMMA_TILES[wgmma[0]]
+            tile = rw_kernels.WGMMA_TILES[wgmma[0]]
+            bm, bn, stages = tile.bm, tile.bn, tile.stages
             assert kernel.name == f"rw_wgmma_{kind}_{wgmma[0].removeprefix('wgmma_')}"
             assert kernel.threads == bm // 16 * 32 and kernel.arch_suffix == "a"
             assert kernel.smem == rw_kernels.mma_smem_bytes(bm, bn, stages, warpgroup=True)
             assert "sm_90a" in rw_kernels.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
             kernel = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(tma[0]))
-            bm, bn, stages, cluster = rw_kernels.TMA_TILES[tma[0]]
+            tile = rw_kernels.TMA_TILES[tma[0]]
+            bm, bn, stages, cluster = tile.bm, tile.bn, tile.stages, tile.cluster
             assert kernel.name == f"rw_tma_{kind}_{tma[0].removeprefix('tma_')}"
             assert kernel.threads == bm // 16 * 32 + 128 and kernel.arch_suffix == "a"
             assert kernel.smem == rw_kernels.tma_smem_bytes(bm, bn, stages) <= 227 * 1024
@@ -359,8 +363,9 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
         first = next(iter(tiles))
         kernel = rw_kernels.kernel_for(_mma_problem(kind), Config.of(first))
         assert kernel.name == f"rw_mma_{kind}_{first.removeprefix('mma_')}"
-        _, bm, bn, wm, wn, stages = tiles[first]
-        assert kernel.threads == wm * wn * 32 and kernel.source == "mma_kmajor.cu"
+        tile = tiles[first]
+        bm, bn, stages = tile.bm, tile.bn, tile.stages
+        assert kernel.threads == tile.warps * 32 and kernel.source == "mma_kmajor.cu"
         assert kernel.tile == (bm, bn) and kernel.smem == rw_kernels.mma_smem_bytes(bm, bn, stages)
     assert "sm_90" in rw_kernels.mma_eligible(_mma_problem("f64", cc=(8, 0)))
     assert rw_kernels.mma_eligible(_mma_problem("f64", cc=(9, 0))) is None
@@ -512,7 +517,9 @@ def test_every_kernel_the_backend_chooses_exists(builds):
 @needs_nvcc
 def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
     lines = ['#include "wmma_fast.cu"']
-    for bm, bn, bk, wm, wn, st in rw_kernels.FAST_TILES.values():
+    for fast in rw_kernels.FAST_TILES.values():
+        bm, bn, bk, wm, wn, st = (fast.bm, fast.bn, fast.bk, fast.warps_m, fast.warps_n,
+                                  fast.stages)
         for a_row in (True, False):
             for b_row in (True, False):
                 size = rw_kernels.fast_smem_bytes(bm, bn, bk, st, a_row, b_row)
@@ -522,7 +529,8 @@ def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
                              f"{st}>::kSmemBytes == {size}, \"smem {bm}x{bn}x{bk} s{st}\");")
     lines.append('#include "mma_kmajor.cu"')
     for kind, tiles in rw_kernels.MMA_TILES.items():
-        for k, bm, bn, wm, wn, st in tiles.values():
+        for t in tiles.values():
+            k, bm, bn, wm, wn, st = t.mma_k, t.bm, t.bn, t.warps_m, t.warps_n, t.stages
             size = rw_kernels.mma_smem_bytes(bm, bn, st)
             assert size <= 227 * 1024
             mma = {"b1and": f"rw::MmaB1And<{k}>, 1", "s8": "rw::MmaS8, 1", "u8": "rw::MmaU8, 1",
@@ -530,12 +538,14 @@ def test_fast_and_mma_smem_sizes_match_the_kernels(tmp_path):
                    "f64": "rw::MmaF64<4>, 8"}[kind]
             lines.append(f"static_assert(rw::KMajorGemm<{mma}, {bm}, {bn}, {wm}, {wn}, {st}>::"
                          f"kSmemBytes == {size}, \"{kind} smem {bm}x{bn} s{st}\");")
-    for bm, bn, st in rw_kernels.WGMMA_TILES.values():
+    for wg in rw_kernels.WGMMA_TILES.values():
+        bm, bn, st = wg.bm, wg.bn, wg.stages
         size = rw_kernels.mma_smem_bytes(bm, bn, st, warpgroup=True)
         assert size <= 227 * 1024
         lines.append(f"static_assert(rw::KMajorGemm<rw::WgF16<{bn}>, 2, {bm}, {bn}, {bm // 16}, "
                      f"1, {st}>::kSmemBytes == {size}, \"wgmma smem {bm}x{bn} s{st}\");")
-    for bm, bn, st, cluster in rw_kernels.TMA_TILES.values():
+    for tma in rw_kernels.TMA_TILES.values():
+        bm, bn, st, cluster = tma.bm, tma.bn, tma.stages, tma.cluster
         size = rw_kernels.tma_smem_bytes(bm, bn, st)
         assert size <= 227 * 1024
         lines.append(f"static_assert(rw::TmaGemm<rw::WgF16<{bn}>, {bm}, {bn}, {st}, {cluster}>::"

@@ -294,7 +294,7 @@ DOT_SIZES = [1, 7, 8, 9, 1000, 4097, (1 << 20) + 3]
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
 @pytest.mark.parametrize("form", ["contiguous", "offset", "strided"])
-@pytest.mark.parametrize("config", list(rw_kernels.BLOCKS_PER_SM))
+@pytest.mark.parametrize("config", list(rw_kernels.DOT_CONFIGS))
 def test_dot(dtype, form, config):
     tdt = _torch_dtype(dtype)
     for n in DOT_SIZES:
