@@ -37,6 +37,12 @@ from typing import Any
 from multibackend.backends.base import AutotunePicks, Backend
 from multibackend.backends.cutlass import build as cutlass_build
 from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.backends.cutlass.records import (
+    DECOMPOSITIONS,
+    RASTERS,
+    KernelConfig,
+    kernel_config,
+)
 from multibackend.core import dtypes
 from multibackend.core.capability import Capability, DtypeRule, Reason, layout_words
 from multibackend.core.config import Config, Operands
@@ -116,13 +122,6 @@ def _fits_generator(problem: Problem) -> tuple[str, str] | None:
 
 SWIZZLES = (2, 4, 8)  # CTA swizzles offered beside the default 1 (persistent 3.x kernels)
 SWIZZLED_KERNELS = 4  # how many of the best 3.x TMA kernels get the scheduler variants
-#: raster orders of the 3.x tile schedulers, in the caller's terms: "m" walks consecutive
-#: tiles down the rows of D (the kernel's N, as it computes D^T), "n" along its columns;
-#: the value is the launcher's RasterOrderOptions
-RASTERS = {"heuristic": 0, "m": 2, "n": 1}
-#: stream-K decompositions (DecompositionMode): the launcher's default lets CUTLASS choose
-DECOMPOSITIONS = {"heuristic": 0, "data_parallel": 1, "split_k": 2, "stream_k": 3}
-
 #: input types offered the stream-K kernels (where :func:`stream_k_fits`)
 STREAM_K_TYPES = ("float16", "bfloat16")
 #: SMs of the sm_90 parts the offer is planned for (H100 SXM, H200; an H100 PCIe has 114):
@@ -141,23 +140,10 @@ SPLIT_K_CONFIGS = 2  # how many split counts are offered
 
 def _config(candidate: cutlass_emit.Candidate, swizzle: int = 1, raster: str = "heuristic",
             decomposition: str = "heuristic", splits: int = 1) -> Config:
-    """A Config running ``candidate`` with the tile scheduler's CTA swizzle, raster order and
-    (stream-K kernels) decomposition and split count: runtime arguments of one compiled
-    kernel, no extra build."""
-    name = candidate.name
-    params = {**dict(candidate.params), "kernel": candidate.name, "swizzle": swizzle,
-              "raster": raster}
-    if decomposition == "split_k":
-        name = f"{name.removesuffix('_streamk')}_splitk{splits}"
-        params.update(decomposition=decomposition, splits=splits)
-    elif decomposition != "heuristic":
-        name += "_forced" if decomposition == "stream_k" else f"_{decomposition}"
-        params.update(decomposition=decomposition)
-    if raster != "heuristic":
-        name += f"_along_{raster}"
-    if swizzle != 1:
-        name += f"_sw{swizzle}"
-    return Config(name, tuple(sorted(params.items())))
+    """A Config running ``candidate`` with the tile scheduler's settings (runtime arguments
+    of one compiled kernel, no extra build): its :class:`~.records.KernelConfig`'s."""
+    return KernelConfig(candidate.name, candidate.params, swizzle, raster, decomposition,
+                        splits).config()
 
 
 def scheduler_variants(candidate: cutlass_emit.Candidate) -> list[Config]:
@@ -535,7 +521,7 @@ class CutlassBackend(Backend):
         # the 3.x TMA epilogue stores D through the TMA unit (16 bytes); the 3.x no-smem one
         # stores any D (run on an H200: rows 258 bytes apart, a D 2 bytes past the grid)
         if candidate.is_3x:
-            d_align = 16 if config.get("epilogue") == "tma" else size
+            d_align = 16 if dict(candidate.params).get("epilogue") == "tma" else size
         else:
             d_align = candidate.operation.D.alignment * size
         prepared = _Prepared(library, cutlass_emit.kernel_args(problem),
@@ -632,24 +618,15 @@ class CutlassBackend(Backend):
 def _settings(problem: Problem, config: Config) -> tuple[int, ...]:
     """The launcher's settings (:data:`multibackend.backends.cutlass.emit.SETTINGS`) for ``config``
     on ``problem``'s device, the workspace left empty."""
-    raster = config.get("raster", "heuristic")
-    decomposition = config.get("decomposition", "heuristic")
-    splits = config.get("splits", 1)
-    if raster not in RASTERS or decomposition not in DECOMPOSITIONS:
-        raise InvalidArgument(f"config {config.name!r}: raster {raster!r} (one of "
-                              f"{sorted(RASTERS)}), decomposition {decomposition!r} (one "
-                              f"of {sorted(DECOMPOSITIONS)})")
-    if not isinstance(splits, int) or splits < 1 or (splits > 1 and decomposition != "split_k"):
-        raise InvalidArgument(f"config {config.name!r}: splits {splits!r} must be an integer "
-                              "of at least 1, and above 1 only with decomposition 'split_k'")
-    return (int(config.get("swizzle", 1)), RASTERS[raster], DECOMPOSITIONS[decomposition],
-            splits, device_sm_count(problem.device), 0, 0)
+    record = kernel_config(config)
+    return (record.swizzle, RASTERS[record.raster], DECOMPOSITIONS[record.decomposition],
+            record.splits, device_sm_count(problem.device), 0, 0)
 
 
 def candidate_for(problem: Problem, config: Config) -> cutlass_emit.Candidate:
     """The kernel ``config`` names among those that can run ``problem``."""
     found = cutlass_emit.candidates(problem)
-    kernel = config.get("kernel", config.name)
+    kernel = kernel_config(config).kernel
     for candidate in found:
         if candidate.name == kernel:
             return candidate

@@ -164,6 +164,7 @@ def test_settings_carry_decomposition_splits_and_the_sm_count(monkeypatch):
     ({"decomposition": "split_k", "splits": 0}, "at least 1"),
     ({"decomposition": "split_k", "splits": 2.5}, "an integer"),
     ({"decomposition": "sliced"}, "decomposition 'sliced'"),
+    ({"swizzle": 0}, "swizzle 0 must be an integer of at least 1"),
 ])
 def test_bad_decomposition_settings_are_errors_naming_them(monkeypatch, params, words):
     monkeypatch.setattr(backend_module, "device_sm_count", lambda device: SMS)
@@ -399,3 +400,21 @@ def test_launch_refuses_a_workspace_too_small_instead_of_allocating(built, monke
     status = library.gemm(ctypes.addressof(shape), base, base + 2**24, base + 2**25,
                           base + 2**26, 1.0, 0.0, None)
     assert library.status_string(status) == "Error Workspace Null"
+
+
+def test_every_offered_config_is_its_typed_records_own():
+    """Each config offered (plain, scheduler variants, stream-K, forced stream-K, split-K) is
+    made by a KernelConfig whose name is derived from the kernel and its settings: read back
+    into its record and made again, it is the same config, name included."""
+    from multibackend.backends.cutlass.records import kernel_config
+
+    seen = set()
+    for shape in (CUBE, (64, 8192, 8192), (4096, 4096, 4096)):
+        for config in BACKEND.configs(synthetic(*shape, "float16", cc=(9, 0))):
+            if config.get("staged") or config.name == "autotune":
+                continue
+            record = kernel_config(config)
+            assert record.config() == config and record.name == config.name
+            seen.add((record.decomposition, record.raster != "heuristic", record.swizzle > 1))
+    assert {d for d, _, _ in seen} >= {"heuristic", "stream_k", "split_k"}
+    assert any(raster for _, raster, _ in seen) and any(sw for _, _, sw in seen)

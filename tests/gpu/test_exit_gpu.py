@@ -3,9 +3,10 @@ threads other than the main one exits with status 0, with work still queued or n
 
 Each case runs in a child process, since what is checked is how that process ends: worker
 threads (1 or 8, each on a stream of its own or on the default stream) call
-``matmul(A, B, backend=name)`` three times for each of five ragged shapes in float16 and
-bfloat16, so that the second call hands the plan's launches to the compiled front and the
-third is served by it. Every result is compared with torch.matmul in float32; the child then
+``matmul(A, B, backend=name, config=...)`` (the backend's first tile, not first-call
+autotuning, which would compile and time a shortlist per shape) three times for each of five
+ragged shapes in float16 and bfloat16, so that the second call hands the plan's launches to
+the compiled front and the third is served by it. Every result is compared with torch.matmul in float32; the child then
 lets the interpreter exit. A front that released what its plans hold from a C++ static
 destructor, after the interpreter had finalized, ended such a process with SIGSEGV."""
 from __future__ import annotations
@@ -34,6 +35,8 @@ import threading
 import torch
 
 import multibackend as mb
+from multibackend.choose.registry import REGISTRY
+from multibackend.io.request import matmul_call
 from multibackend.run import plans
 
 threads, backend, stream_kind, shapes, finish = sys.argv[1:]
@@ -43,6 +46,13 @@ SHAPES = SHAPES if shapes == "all" else SHAPES[2:3]
 #: a sum of K products of standard normal numbers
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 failures = []
+
+
+def first_tile(a, b):
+    """The backend's first config other than first-call autotuning (which would time and
+    compile a shortlist per shape): a call naming it is planned and served all the same."""
+    configs = REGISTRY.get(backend).configs(matmul_call(a, b, None).problem)
+    return next(c for c in configs if c.name != "autotune")
 
 
 def work(index):
@@ -55,8 +65,9 @@ def work(index):
                     a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
                     b = torch.randn(k, n, device="cuda", dtype=dtype, generator=gen)
                     want = torch.matmul(a.float(), b.float())
+                    config = first_tile(a, b)
                     for call in range(3):
-                        d = mb.matmul(a, b, backend=backend)
+                        d = mb.matmul(a, b, backend=backend, config=config)
                         excess = ((d.float() - want).abs()
                                   - tolerance * (want.abs() + k ** 0.5)).max().item()
                         if excess > 0:
@@ -64,8 +75,9 @@ def work(index):
                                             f"{excess:.3g} past the bound")
             if finish == "queued":  # calls left running on the GPU as the process exits
                 a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16, generator=gen)
+                config = first_tile(a, a)
                 for _ in range(30):
-                    mb.matmul(a, a, backend=backend)
+                    mb.matmul(a, a, backend=backend, config=config)
     except BaseException as exc:
         failures.append(f"thread {index}: {exc!r}")
 
@@ -99,6 +111,21 @@ def _exit_of(*args: str) -> subprocess.CompletedProcess:
                     f"{tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
 
 
+def cutlass_jobs(item):
+    """The CUTLASS kernels the CUTLASS child runs, for the GPU tier's one parallel build: the
+    first tile of its shape in float16 and bfloat16."""
+    if item.originalname != "test_a_process_served_cutlass_on_a_thread_exits_cleanly":
+        return []
+    from multibackend.core.problem import synthetic
+
+    backend = REGISTRY.get("cutlass")
+    jobs = []
+    for dtype in ("float16", "bfloat16"):
+        problem = synthetic(1024, 1024, 512, dtype, cc=torch.cuda.get_device_capability())
+        jobs.append((problem, next(c for c in backend.configs(problem) if c.name != "autotune")))
+    return jobs
+
+
 def _available(backend: str) -> None:
     reason = REGISTRY.availability(backend)
     if reason is not None:
@@ -128,6 +155,7 @@ def test_a_process_exits_cleanly_with_work_still_queued(backend):
 
 @pytest.mark.cutlass
 def test_a_process_served_cutlass_on_a_thread_exits_cleanly():
-    """One shape only: each CUTLASS kernel takes nvcc 20-26 s to build."""
+    """One shape only: each CUTLASS kernel takes nvcc 20-26 s to build (the tier builds its
+    two before the tests start: :func:`cutlass_jobs`)."""
     _available("cutlass")
     _check(_exit_of("1", "cutlass", "default", "one", "synchronized"))
