@@ -49,8 +49,8 @@ failures = []
 
 
 def first_tile(a, b):
-    """The backend's first config other than first-call autotuning (which would time and
-    compile a shortlist per shape): a call naming it is planned and served all the same."""
+    # the backend's first config other than first-call autotuning (which would time and
+    # compile a shortlist per shape): a call naming it is planned and served all the same
     configs = REGISTRY.get(backend).configs(matmul_call(a, b, None).problem)
     return next(c for c in configs if c.name != "autotune")
 
