@@ -14,7 +14,6 @@ processes (:func:`build_many`).
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import functools
 import os
 import shutil
@@ -109,19 +108,9 @@ def _compile(source: str, arch: str, key: str, name: str) -> Path:
 def build(source: str, arch: str, name: str = "kernel") -> Path:
     """The path of the compiled library for ``source``, building it unless cached."""
     key = artifact_key(source, arch)
-    found = cached_library(key)
-    if found is not None:
-        return found
-    lock_path = cache.cache_dir("cutlass") / f"{key}.lock"
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            found = cached_library(key)
-            if found is not None:
-                return found
-            return _compile(source, arch, key, name)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return cache.build_once(cache.cache_dir("cutlass") / f"{key}.lock",
+                            lambda: cached_library(key),
+                            lambda: _compile(source, arch, key, name))
 
 
 def default_workers() -> int:

@@ -12,14 +12,17 @@ and replaced.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import secrets
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 from multibackend.core.errors import CacheUnusable
 from multibackend.core.names import ENV_CACHE_DIR
+
+T = TypeVar("T")
 
 
 def cache_root() -> Path:
@@ -140,3 +143,19 @@ def read_entry(path: Path, validate) -> bytes | None:
     except FileNotFoundError:
         pass
     return None
+
+
+def build_once(lock_path: Path, find: Callable[[], T | None], make: Callable[[], T]) -> T:
+    """What ``find()`` returns from the cache, else what ``make()`` builds, made by one process
+    at a time: the others (ranks of one job, test workers) wait on an exclusive lock on
+    ``lock_path``, then find the entry the first one wrote instead of building it again."""
+    found = find()
+    if found is not None:
+        return found
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            found = find()
+            return found if found is not None else make()
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

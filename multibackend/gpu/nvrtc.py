@@ -7,6 +7,8 @@ is stored under ``cache_dir("raw_wmma")`` keyed by the source and every header i
 the options, the architecture and the compiler's version, written atomically beside its
 SHA-256 (:func:`multibackend.gpu.cache.write_checked`); a later process loads it and compiles
 nothing, and an entry that is not a whole ELF file or does not match its SHA-256 is rebuilt.
+Processes that ask for the same cubin at once (the ranks of one job) build it once: one
+compiles while the others wait, then load what it wrote.
 """
 from __future__ import annotations
 
@@ -101,17 +103,23 @@ def compile_cubin(source: Path, kernel: str, arch: str, defines: Sequence[str] =
     version = compiler_version()
     key = cache.digest(source.read_bytes(), *_headers(source), "\0".join(options), arch, version)
     path = cache.cache_dir(CACHE_KIND) / f"{source.stem}-{arch}-{key}.cubin"
-    if cache.read_checked(path, valid_cubin) is not None:
-        return Compiled(path, built=False)
-    if version.startswith("nvrtc"):
-        cubin = _compile_nvrtc(source, kernel, arch, options)
-    else:
-        cubin = _compile_nvcc(source, kernel, arch, options)
-    if not valid_cubin(cubin):
-        raise CompileError(f"compiling {kernel} ({source.name}) for {arch} produced "
-                           f"{len(cubin)} bytes that are not a whole cubin")
-    cache.write_checked(path, cubin)
-    return Compiled(path, built=True)
+
+    def cached() -> Compiled | None:
+        found = cache.read_checked(path, valid_cubin) is not None
+        return Compiled(path, built=False) if found else None
+
+    def build() -> Compiled:
+        if version.startswith("nvrtc"):
+            cubin = _compile_nvrtc(source, kernel, arch, options)
+        else:
+            cubin = _compile_nvcc(source, kernel, arch, options)
+        if not valid_cubin(cubin):
+            raise CompileError(f"compiling {kernel} ({source.name}) for {arch} produced "
+                               f"{len(cubin)} bytes that are not a whole cubin")
+        cache.write_checked(path, cubin)
+        return Compiled(path, built=True)
+
+    return cache.build_once(path.with_suffix(".lock"), cached, build)
 
 
 def _check(nvrtc, result, what: str) -> None:

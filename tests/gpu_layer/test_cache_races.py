@@ -1,5 +1,6 @@
-"""Processes racing on one empty cache: two compiling the same kernel at once both get a whole
-cubin, and the cache holds one valid entry (writes are atomic and checked), never a torn one."""
+"""Processes racing on one empty cache: two asking for the same kernel at once both get a whole
+cubin, compiled once (the second waits for the first's), and the cache holds one valid entry
+(writes are atomic and checked), never a torn one."""
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from multibackend.raw_wmma import SOURCE_DIR
 print("ready", flush=True)
 sys.stdin.readline()  # start together
 c = nvrtc.compile_cubin(SOURCE_DIR / "dot.cu", "rw_dot_f16_vec", "sm_90", ["RW_ONLY=rw_dot_f16_vec"])
-print(c.path, nvrtc.valid_cubin(c.path.read_bytes()), flush=True)
+print(c.path, nvrtc.valid_cubin(c.path.read_bytes()), c.built, flush=True)
 """
 
 
@@ -37,6 +38,8 @@ def test_two_processes_compiling_one_kernel_into_an_empty_cache(tmp_path):
     for racer, (out, err) in zip(racers, results):
         assert racer.returncode == 0, err[-3000:]
         assert out.split()[1] == "True", out
+    assert sorted(out.split()[2] for out, _ in results) == ["False", "True"], \
+        "one process compiled, the other waited and loaded its cubin"
     cubins = list(tmp_path.rglob("*.cubin"))
     assert len(cubins) == 1 and nvrtc.valid_cubin(cubins[0].read_bytes())
     assert not list(tmp_path.rglob("*.tmp")), "a temporary file was left behind"
