@@ -17,10 +17,12 @@ shape that no tuning table answers then runs, on the caller's own operands:
    it (``backend=name``, whose default config is the one checked), their runs alternated
    (:func:`multibackend.gpu.timing.time_interleaved`) in the chosen mode.
 
-The fastest wins only if it beats cuBLAS by more than the larger of the two figures' measured
-spreads (p20-p80 over the median; at least :data:`MIN_SPREAD` of the mode): a host-bound candidate
-whose figure moves with the host's load must lead by more than it moves; else cuBLAS keeps the
-shape. The entry, with every figure, goes to the store (:mod:`multibackend.choose.store`), so later
+The fastest wins only if it beats cuBLAS by more than the spread of its runs' ratios to
+cuBLAS's, paired round by round (at least :data:`MIN_SPREAD` of the mode: see
+:mod:`multibackend.verify.measure`): drift of the host moves both runs of a round alike and
+cancels, where it would widen each figure's own spread and hide a real lead. A winner other
+than cuBLAS is then timed once more against cuBLAS alone, on the same path and in the same
+mode, and kept only if it wins again; else cuBLAS keeps the shape. The entry, with every figure, goes to the store (:mod:`multibackend.choose.store`), so later
 processes reuse it and never time it again.
 """
 from __future__ import annotations
@@ -44,7 +46,7 @@ def measure(call: Any, accepted: list[str], mode: str,
     on the host (Triton's interpreter), where nothing can be timed."""
     from multibackend.verify.checks import reference_for, wrong
     from multibackend.verify.crosscheck import check_backend
-    from multibackend.verify.measure import timed, winner
+    from multibackend.verify.measure import choose
 
     if call.device.type != "cuda":
         return None
@@ -77,16 +79,16 @@ def measure(call: Any, accepted: list[str], mode: str,
     if not runs:
         raise UnsupportedProblem(f"{problem.op}: autotune found no backend that runs "
                                  f"{problem.describe()} correctly: {dropped or skipped}")
-    timings = {name: found[0] for name, found in
-               timed(runs, mode, reps=REPS, max_seconds=MAX_SECONDS).items()}
-    chosen, spread = winner(timings, mode)
-    base = timings.get(BASELINE)
+    choice = choose(runs, mode, reps=REPS, max_seconds=MAX_SECONDS)
+    base = choice.timings.get(BASELINE)
     return {
-        "backend": chosen, "config": configs[chosen].as_dict(), "mode": mode,
+        "backend": choice.winner, "config": configs[choice.winner].as_dict(), "mode": mode,
         "m": problem.m, "n": problem.n, "k": problem.k, "batch": problem.batch,
         "dtype": problem.in_dtype,
-        "timings_ms": {name: t.median_ms for name, t in timings.items()},
-        "baseline_ms": base.median_ms if base is not None else None, "spread": spread,
+        "timings_ms": {name: t.median_ms for name, t in choice.timings.items()},
+        "baseline_ms": base.median_ms if base is not None else None, "spread": choice.lead,
+        "confirmed_ms": ({name: t.median_ms for name, t in choice.confirmed.items()}
+                         if choice.confirmed is not None else None),
         "skipped": skipped, "dropped": dropped,
         "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

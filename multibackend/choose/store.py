@@ -122,6 +122,10 @@ def describe(entry: dict) -> str:
         parts.append(f"{name} {ms * 1e3:.1f} us{ratio}")
     text = (f"{entry['mode']} timing on the first call: " + ", ".join(parts)
             + f"; a lead must exceed the measured spread {entry['spread'] * 100:.1f}%")
+    again = entry.get("confirmed_ms")
+    if isinstance(again, dict) and again:
+        text += "; timed again against torch.matmul alone: " + ", ".join(
+            f"{name} {ms * 1e3:.1f} us" for name, ms in sorted(again.items(), key=lambda kv: kv[1]))
     left_out = {**entry.get("skipped", {}), **entry.get("dropped", {})}
     if left_out:
         text += "; left out: " + "; ".join(f"{k}: {v}" for k, v in left_out.items())

@@ -24,13 +24,16 @@ fresh child carries on with the rest: no candidate can end the run, and a droppe
 never win. Progress (candidates done, elapsed time, ETA) is a tqdm bar.
 
 The winner is cuBLAS (:data:`BASELINE`) unless the fastest candidate of the final rounds, in
-the run's mode, beats it by more than the spread measured there: for cuBLAS and for the
-fastest candidate alike, the larger of the relative range of its per-round medians and its
-median p20-p80 width; the larger of the two, at least the mode's floor
-(:data:`multibackend.core.names.MIN_SPREAD`). A smaller lead is
-within what the same call moves by between runs and with the GPU's temperature and power
-state (a host-bound candidate moves with the host's load as well), and can be a loss in the
-deployment.
+the run's mode, beats it by more than the spread measured there. The final rounds time cuBLAS
+beside the candidates, so each candidate's runs pair with cuBLAS's round by round, and what
+decides is the ratio of the paired runs (:func:`multibackend.verify.measure.paired_lead`): its
+median must lead by more than its own spread, at least the mode's floor
+(:data:`multibackend.core.names.MIN_SPREAD`). A smaller lead is within what the same call
+moves by between runs and with the GPU's temperature and power state, and can be a loss in the
+deployment; the host's drift, which moves both runs of a round alike, cancels instead of
+hiding a real lead as it did in each figure's own spread. Figures without paired runs fall
+back to the larger of the two figures' spreads (the relative range of the per-round medians
+or the median p20-p80 width, whichever is larger).
 
 The result is a tuning table (:func:`multibackend.choose.tables.new_table`) with one entry per
 problem key::
@@ -86,7 +89,7 @@ from multibackend.tuning.worker import (
     check_mode,
     final_modes,
 )
-from multibackend.verify.measure import beats, lead_needed
+from multibackend.verify.measure import beats, lead_needed, leads
 
 #: the fewest candidates per backend and the timing repetitions of ``quick=True``
 QUICK_CONFIGS = 3
@@ -212,6 +215,12 @@ def _entry(items: list[Item], results: Results, mode: str) -> dict | None:
     choice_ms = timings[mode] or screening  # the first figures where the final rounds crashed
     spread = _spread(figures[mode], choice_ms, mode)
     chosen = _winner(choice_ms, spread)
+    fastest = figures[mode].get(min(choice_ms, key=choice_ms.get))
+    base = _baseline_key(choice_ms)
+    if fastest is not None and fastest.lead is not None and base is not None:
+        # runs paired round by round with the baseline's decide (see verify.measure)
+        won, spread = leads(fastest.lead, mode)
+        chosen = min(choice_ms, key=choice_ms.get) if won else base
     return {"backend": configs[chosen][0], "config": configs[chosen][1], "mode": mode,
             "timings_ms": timings,
             "baseline_ms": {m: timings[m].get(_baseline_key(timings[m])) for m in modes},

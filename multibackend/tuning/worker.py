@@ -46,10 +46,12 @@ from multibackend.choose.registry import parallel_prepare
 from multibackend.core import environment
 from multibackend.core.config import Config
 from multibackend.core.errors import InvalidArgument
+from multibackend.core.names import BASELINE
 from multibackend.gpu.timing import MODES, Timing, time_interleaved
 from multibackend.io.request import Call, matmul_call
 from multibackend.tuning.suites import Shape
 from multibackend.verify.checks import reference_for, wrong
+from multibackend.verify.measure import Lead, paired_lead
 
 REASON_CHARS = 300
 #: candidates within this fraction of the fastest (and each backend's fastest) are timed
@@ -80,10 +82,13 @@ class Item:
 class Figure:
     """One candidate's time in one mode over the final rounds: ``ms``, the median of its
     rounds' medians, and ``spread``, how far apart its figures lie relative to ``ms`` (the
-    larger of the rounds' medians' range and the median p20-p80 width of a round)."""
+    larger of the rounds' medians' range and the median p20-p80 width of a round); ``lead``,
+    its :class:`~multibackend.verify.measure.Lead` over the baseline from their runs paired
+    round by round (None for the baseline itself, or where the runs were not paired)."""
 
     ms: float
     spread: float
+    lead: Lead | None = None
 
 
 def check_mode(mode: str, where: str) -> str:
@@ -179,15 +184,26 @@ def random_operands(spec: Spec, device: str, seed: int) -> tuple[Any, Any]:
     return one(m, k), one(k, n)
 
 
-def figure(rounds: list[Timing]) -> Figure:
-    """A candidate's :class:`Figure` from its timings in the final rounds."""
+def figure(rounds: list[Timing], baseline: list[Timing] | None = None) -> Figure:
+    """A candidate's :class:`Figure` from its timings in the final rounds, with its lead over
+    the ``baseline``'s timings of the same rounds where given."""
     medians = [t.median_ms for t in rounds]
     ms = statistics.median(medians)
+    lead = None
+    if baseline is not None and baseline is not rounds:
+        lead = paired_lead(_joined(rounds), _joined(baseline))
     if ms <= 0:
-        return Figure(ms, 0.0)
+        return Figure(ms, 0.0, lead)
     between_rounds = (max(medians) - min(medians)) / ms
     within_a_round = statistics.median(t.p80_ms - t.p20_ms for t in rounds) / ms
-    return Figure(ms, max(between_rounds, within_a_round))
+    return Figure(ms, max(between_rounds, within_a_round), lead)
+
+
+def _joined(rounds: list[Timing]) -> Timing:
+    """The runs of several rounds as one Timing (only its runs are read: run i of two calls'
+    joined timings still comes from the same round)."""
+    samples = tuple(ms for t in rounds for ms in t.samples_ms)
+    return Timing(0.0, 0.0, 0.0, 0.0, len(samples), samples)
 
 
 def finalists(first_ms: dict[int, tuple[str, float]]) -> list[int]:
@@ -344,10 +360,12 @@ class _Worker:
                 self.send("final", mode, {})
             return _healthy(self.job.device)
         calls = {item.id: public_call(self.job.matmul, item, a, b) for item in items}
+        baseline = next((item.id for item in items if item.backend == BASELINE), None)
         for mode in modes:
             self.send("begin", ("final", index, mode, ids))
             timings = self._rounds(calls, mode)
-            self.send("final", mode, {i: figure(rounds) for i, rounds in timings.items()})
+            base = timings.get(baseline)
+            self.send("final", mode, {i: figure(rounds, base) for i, rounds in timings.items()})
         return True
 
     def _rounds(self, calls: dict[int, Callable[[], object]], mode: str

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass, replace
 
@@ -735,6 +736,28 @@ SPREAD_CASES = {
     19: (0.965, 0.0, 0.0, "rival", 0.03),
     20: (0.95, 0.08, 0.02, "cublas", 0.08),  # 5% faster, within the rival's own 8% spread
     21: (0.90, 0.08, 0.02, "rival", 0.08)}
+
+
+class DriftingBackend(ScriptedBackend):
+    """Runs taking ``ms`` by mode on a host that drifts by 60% over each round's ten runs: every
+    call timed in the round sees the same drift, run by run, as interleaved runs do."""
+
+    def timing(self, mode: str, m: int) -> Timing:
+        samples = tuple(self.ms[mode] * (1 + 0.6 * i / 9) for i in range(10))
+        ordered = sorted(samples)
+        return Timing(statistics.median(ordered), ordered[0], ordered[2], ordered[7], 10,
+                      samples)
+
+
+def test_a_lead_the_hosts_drift_hides_in_each_figure_is_found_in_the_paired_runs():
+    """The rival runs 12% faster in every round; each figure alone spreads by 26%, which would
+    keep cuBLAS, but its runs' ratios to cuBLAS's in the same rounds do not spread at all: only
+    the mode's floor is asked of it."""
+    registry = FakeRegistry([DriftingBackend("rival", {"eager": 0.88, "graph": 0.88}),
+                             DriftingBackend("cublas", {"eager": 1.0, "graph": 1.0})])
+    entry = only_entry(tune_fake(registry))
+    assert entry["backend"] == "rival"
+    assert entry["spread"] == pytest.approx(MIN_SPREAD["eager"])
 
 
 def test_a_candidate_must_beat_torch_by_more_than_the_measured_spread():
