@@ -246,3 +246,16 @@ def test_triton_dot(dtype, n):
     execute(call, decide(call.problem, "triton"))
     cmp = reference.compare(call.problem, call.operands.d, reference.reference_dot(x, y))
     assert cmp.ok, cmp.detail
+
+
+def test_cublas_fp8_applies_alpha_to_the_float32_sums_and_rounds_once():
+    """alpha goes to cuBLASLt as A's scale: D = round(alpha * sums), within half a bfloat16
+    unit of the exact value, on the first call and on repeated ones (one torch._scaled_mm)."""
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    a = torch.randint(-3, 4, (64, 128), generator=gen, device="cuda").float()
+    b = torch.randint(-3, 4, (96, 128), generator=gen, device="cuda").float()
+    a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).T
+    exact = (a.double() @ b.double()) * (1 / 3)
+    for _ in range(4):
+        d = mb.matmul(a, b, alpha=1 / 3, out_dtype="bfloat16", backend="cublas")
+        torch.testing.assert_close(d.double(), exact, rtol=2 ** -9 + 2 ** -20, atol=0)
