@@ -9,8 +9,8 @@ workspace and the host cost they come with:
   term); float32 runs with torch's cuBLAS TF32 switch set to the problem's precision for the
   call ("ieee" off, "tf32" on) and restored after;
 - int8: ``torch._int_mm`` (cuBLASLt int8, int32 out; M > 16 and K, N multiples of 8);
-- fp8: ``torch._scaled_mm`` (cuBLASLt fp8), alpha as the scale of A (D rounded once), the unit
-  scale for B; a repeated call is that one op;
+- fp8: ``torch._scaled_mm`` (cuBLASLt fp8) writing D in place, alpha as the scale of A (D
+  rounded once), the unit scale for B;
 - dot: ``torch.dot`` for f32 and f64 (its f16/bf16 dots round to the input type, while
   multibackend's dot returns float32, so those are not offered).
 
@@ -28,7 +28,6 @@ autotuning or the calibrated rule names a backend measured faster there
 from __future__ import annotations
 
 import contextlib
-import functools
 from typing import Any, Callable
 
 from multibackend.backends.base import Backend
@@ -176,7 +175,8 @@ class CublasBackend(Backend):
 
     @staticmethod
     def _lt(problem: Problem, ops: Operands) -> None:
-        """int8 and fp8 through cuBLASLt's torch ops, alpha and beta applied after."""
+        """int8 and fp8 through cuBLASLt's torch ops: int8's alpha applied after, fp8's as
+        the scale of A; beta * C added after."""
         import torch
 
         batch = problem.batch
@@ -200,9 +200,8 @@ class CublasBackend(Backend):
         without C (torch's or CuPy's op itself), of (a, b, c) for one with C; the arrays
         as the caller gave them (``matrices``: A and B 2-D; else either may be 3-D, a batch
         of one broadcast), on the caller's current stream — or None where it takes more
-        than one call (integer products, fp8 ones with C or for a CuPy caller; float32 for a
-        torch caller, whose TF32 switch is set around the op; alpha without C; C with a
-        batch). An fp8 product goes to ``torch._scaled_mm``, alpha as A's scale.
+        than one call (integer and fp8 products; float32 for a torch caller, whose TF32
+        switch is set around the op; alpha without C; C with a batch).
 
         ``kind`` is the caller's array kind: a torch caller gets what it would call itself
         (``torch.mm``/``torch.addmm`` for matrices, ``torch.matmul`` for a batch, which folds
@@ -212,9 +211,6 @@ class CublasBackend(Backend):
         for the dtypes CuPy holds, with no C, float32 only as IEEE float32 (CuPy's own TF32
         switch, ``CUPY_TF32``, off) — for matrices, the cuBLAS call it ends in, made directly
         (:mod:`.cublas_cupy`)."""
-        if (problem.op == "matmul" and problem.in_dtype.startswith("float8") and kind == "torch"
-                and matrices and not problem.has_c):
-            return _scaled_mm_of(problem, alpha)
         if problem.op != "matmul" or problem.in_dtype not in FLOATS:
             return None
         plain = not problem.has_c and alpha == 1
@@ -243,28 +239,33 @@ class CublasBackend(Backend):
         return None
 
 
-@functools.lru_cache(maxsize=256)
 def scale(value: float, device: Any) -> Any:
     """``value`` as the float32 scalar tensor on ``device`` that ``torch._scaled_mm`` takes as a
-    scale, made once (a repeated call, or one captured in a CUDA graph, allocates nothing)."""
+    scale: made once and kept (a repeated call, or one captured in a CUDA graph after a first
+    call, allocates nothing); one first made while a graph is being captured is made for that
+    graph alone (its fill is captured, not run), never kept for later calls."""
     import torch
 
-    return torch.full((), value, dtype=torch.float32, device=device)
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        kept = _SCALES.get((value, str(device)))
+        return kept if kept is not None else torch.full((), value, dtype=torch.float32,
+                                                        device=device)
+    return _kept_scale(value, str(device))
 
 
-def _scaled_mm_of(problem: Problem, alpha: float) -> Callable[[Any, Any], Any]:
-    """An fp8 product as the one ``torch._scaled_mm`` call a caller would make: alpha as the
-    scale of A, the unit scale for B, D in the problem's dtype."""
+_SCALES: dict[tuple[float, str], Any] = {}
+
+
+def _kept_scale(value: float, device: str) -> Any:
     import torch
 
-    from multibackend.core import dtypes
-
-    scale_a, scale_b = scale(float(alpha), problem.device), scale(1.0, problem.device)
-    out_dtype = dtypes.torch_dtype(problem.d_dtype)
-
-    def scaled_mm(a: Any, b: Any) -> Any:
-        return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
-    return scaled_mm
+    found = _SCALES.get((value, device))
+    if found is None:
+        if len(_SCALES) >= 256:
+            _SCALES.clear()
+        found = _SCALES[(value, device)] = torch.full((), value, dtype=torch.float32,
+                                                      device=device)
+    return found
 
 
 def _matrix(x: Any) -> Any:

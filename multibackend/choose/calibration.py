@@ -96,8 +96,9 @@ def winner(entry: dict) -> str:
     timings' own noise) and than first-call autotuning's least lead in that mode
     (:data:`multibackend.choose.store.MIN_SPREAD`); else cuBLAS. A mode without both figures is
     no evidence of a win, so it leaves the entry to cuBLAS too, as does a figure that is not
-    a number (NaN compares false). The tuner holds the entry's own mode to its spread; the
-    other mode is held here (H200, bf16: a win of 0.3% in eager mode at 3x5120x13824, spread
+    a number. The tuner decided the entry's own mode, from its runs paired round by round
+    with cuBLAS's (a sounder test than the ratio of two medians, so it is not redone here);
+    the other mode is held here (H200, bf16: a win of 0.3% in eager mode at 3x5120x13824, spread
     3.1%, carried Triton to 2x3584x18944, which ran 0.83x torch.matmul there in eager
     mode)."""
     from multibackend.core.names import BASELINE, MIN_SPREAD
@@ -113,8 +114,12 @@ def winner(entry: dict) -> str:
         if not isinstance(figures, dict) or key not in figures:
             return BASELINE
         base = [ms for k, ms in figures.items() if k.startswith(f"{BASELINE}:")]
+        if not base or not figures[key] == figures[key]:  # no figure, or NaN
+            return BASELINE
+        if mode == entry.get("mode"):  # the tuner decided it, from runs paired round by round
+            continue
         margin = 1.0 + max(spread, MIN_SPREAD.get(mode, 0.0))
-        if not base or not figures[key] * margin < min(base):
+        if not figures[key] * margin < min(base):
             return BASELINE
     return name
 

@@ -122,10 +122,10 @@ def atomic_write(path: Path, data: bytes) -> None:
     except OSError as exc:
         if isinstance(exc, CacheUnusable):
             raise
-        raise CacheUnusable(f"the cache directory {str(path.parent)!r}: writing {path.name} "
-                            f"failed ({exc.strerror or exc}); the entry there is unchanged. "
-                            "Free space there or point MULTIBACKEND_CACHE_DIR at another "
-                            "directory") from exc
+        raise CacheUnusable(f"writing {path.name} in {str(path.parent)!r} failed "
+                            f"({exc.strerror or exc}); the file there is unchanged. Free space "
+                            "there, or write elsewhere (MULTIBACKEND_CACHE_DIR moves the "
+                            "cache)") from exc
 
 
 def read_entry(path: Path, validate) -> bytes | None:

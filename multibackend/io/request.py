@@ -266,7 +266,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
                         beta=beta_v, stream=stream)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
                 named["out"].tensor if "out" in named else None, own_out, staged_out,
-                to_host=on_host and device.type == "cuda")
+                to_host=on_host and device.type == "cuda" and given is None)
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:

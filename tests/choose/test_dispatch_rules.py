@@ -231,6 +231,19 @@ def test_a_calibration_win_within_the_entrys_spread_counts_for_cublas():
         assert calibration.winner(entry) == expected, eager_ms
 
 
+def test_the_tuners_own_mode_decision_stands_and_the_other_mode_is_held_here():
+    """The tuner chose Triton in graph mode from runs paired with cuBLAS's (its medians alone
+    lead by only 2%, inside the 3% spread of those figures): that choice stands; eager mode,
+    which it did not decide, must still show the lead."""
+    entry = _entry("triton", 512, 4096, 4096)
+    entry["spread"] = 0.03
+    entry["timings_ms"] = {"graph": {"triton:wide": 1.0, "cublas:default": 1.02},
+                           "eager": {"triton:wide": 2.0, "cublas:default": 2.2}}
+    assert calibration.winner(entry) == "triton"
+    entry["timings_ms"]["eager"] = {"triton:wide": 2.0, "cublas:default": 2.04}
+    assert calibration.winner(entry) == "cublas"
+
+
 def test_shape_free_bounds_come_from_the_entries_other_backends_won(monkeypatch):
     registry = _Registry()
     _calibration(monkeypatch)  # none shipped

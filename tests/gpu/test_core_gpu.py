@@ -250,7 +250,7 @@ def test_triton_dot(dtype, n):
 
 def test_cublas_fp8_applies_alpha_to_the_float32_sums_and_rounds_once():
     """alpha goes to cuBLASLt as A's scale: D = round(alpha * sums), within half a bfloat16
-    unit of the exact value, on the first call and on repeated ones (one torch._scaled_mm).
+    unit of the exact value, on the first call and on repeated ones.
     Rounded first and scaled after, D would be off by up to a whole unit: with these sums
     (integers past 256, which bfloat16 rounds) some would be."""
     gen = torch.Generator(device="cuda").manual_seed(9)
