@@ -264,9 +264,7 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
     lay = _lay(problem.a) + _lay(problem.b)
     dtype = problem.in_dtype
     if config.name in FAST_TILES:
-        why = fast_eligible(problem)
-        if why:
-            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        _require(fast_eligible(problem), config)
         fast = FAST_TILES[config.name]
         return Kernel("wmma_fast.cu",
                       f"rw_fast_{SHORT[dtype]}_{fast.name.removeprefix('fast_')}_{lay}",
@@ -274,18 +272,14 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       fast_smem_bytes(fast.bm, fast.bn, fast.bk, fast.stages, lay[0] == "r",
                                       lay[1] == "r"), (fast.bm, fast.bn))
     if config.name in TMA_TILES:
-        why = tma_eligible(problem)
-        if why:
-            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        _require(tma_eligible(problem), config)
         tma = TMA_TILES[config.name]
         return Kernel("mma_kmajor.cu",
                       f"rw_tma_{mma_kind(problem)}_{tma.name.removeprefix('tma_')}",
                       tma.warps * 32, tma_smem_bytes(tma.bm, tma.bn, tma.stages),
                       (tma.bm, tma.bn), "a", (tma.bm, tma.bn // tma.cluster))
     if config.name in WGMMA_TILES:
-        why = wgmma_eligible(problem)
-        if why:
-            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        _require(wgmma_eligible(problem), config)
         wg = WGMMA_TILES[config.name]
         return Kernel("mma_kmajor.cu",
                       f"rw_wgmma_{mma_kind(problem)}_{wg.name.removeprefix('wgmma_')}",
@@ -297,9 +291,7 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
         if config.name not in tiles:
             raise InvalidArgument(f"raw_wmma: config is {config.name!r}: {problem.describe()} "
                                   f"takes {', '.join(tiles) or 'no mma_* config'}")
-        why = mma_eligible(problem)
-        if why:
-            raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
+        _require(mma_eligible(problem), config)
         mma = tiles[config.name]
         return Kernel("mma_kmajor.cu", f"rw_mma_{kind}_{mma.name.removeprefix('mma_')}",
                       mma.warps * 32, mma_smem_bytes(mma.bm, mma.bn, mma.stages),
@@ -324,6 +316,12 @@ def generic_tile(frag: str) -> tuple[int, int]:
     fm, fn, _ = (int(x) for x in frag.split("x"))
     wfm, wfn = WARP_FRAGS.get(frag, (4, 4))
     return 2 * wfm * fm, 2 * wfn * fn
+
+
+def _require(why: str | None, config: Config) -> None:
+    """Raise naming the rule ``why`` where ``config``'s kernel cannot run the problem."""
+    if why:
+        raise InvalidArgument(f"raw_wmma: config is {config.name!r} but {why}")
 
 
 def fragment(frag: str) -> WmmaFragment:
