@@ -4,15 +4,17 @@ operands; outputs poisoned before every run so that an element the kernel skippe
 
 nvcc needs tens of seconds per kernel and builds dominate the tier's cold run, so each case
 here needs a kernel that no other case builds: a kernel is fixed by its types, layouts,
-alignment, tile, cluster and schedule, and runs every shape, batch and C of its case. Each
-input type runs in every layout the table accepts in each kernel family the tests reach for it
-(3.x TMA; 3.x cp.async and 2.x at smaller alignments). An output or accumulator variant of a
-type changes the epilogue or the MMA's accumulator, not how A and B are read, so it runs in
-one layout, a different one for each. Not reached here: f16 and the 8-bit types at the
-alignments that take the 3.x cp.async kernels, and the ping-pong and warp-specialized
-schedules (tuning candidates further down the list). The kernels are built before the tests
-run, all at once, by ``tests/gpu/conftest.py`` (:func:`cutlass_jobs` names each test's
-kernels), so the tests only load them.
+alignment, tile, cluster and schedule, and runs every shape, batch and C of its case. How A and
+B are read in each major order is the code of a kernel family, and a type is a template
+argument of it: so every layout the table accepts runs in each family (3.x TMA in f16 and in
+tf32, whose K-major-only reads take the transposed kernels; 3.x cp.async in tf32; 2.x in f16 at
+1-element alignment), and every other type, output or accumulator variant runs in one layout, a
+different one for each where they share a family. The 8-bit types take only A row-major and B
+column-major: their other layouts check the refusal and build nothing. Not reached here: f16
+and the 8-bit types at the alignments that take the 3.x cp.async kernels, and the
+warp-specialized schedule. The kernels are built before the tests run, all at once, by
+``tests/gpu/conftest.py`` (:func:`cutlass_jobs` names each test's kernels), so the tests only
+load them.
 """
 from __future__ import annotations
 
@@ -35,18 +37,17 @@ RR, RC, CR, CC = ("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")
 LAYOUTS = [RR, RC, CR, CC]
 #: (dtype, output, accumulator, precision, multiple of M and N, multiple of K) and the layouts
 #: run: the multiples keep every leading dimension at the alignment the type's kernels need,
-#: while the sizes stay ragged against every tile shape. The 8-bit types take only A row-major
-#: and B column-major: their other layouts check the refusal and build nothing.
+#: while the sizes stay ragged against every tile shape
 TYPES = [
     (("float16", "float16", "float32", None, 8, 8), LAYOUTS),
     (("float16", "float32", "float32", None, 8, 8), [RC]),
     (("float16", "float16", "float16", None, 8, 8), [CR]),
-    (("bfloat16", "bfloat16", "float32", None, 8, 8), LAYOUTS),
+    (("bfloat16", "bfloat16", "float32", None, 8, 8), [RR]),
     (("bfloat16", "float32", "float32", None, 8, 8), [CC]),
     (("float32", "float32", "float32", "tf32", 4, 4), LAYOUTS),
-    (("float32", "float32", "float32", "tf32x3", 4, 4), LAYOUTS),
-    (("float32", "float32", "float32", "ieee", 1, 1), LAYOUTS),
-    (("float64", "float64", "float64", None, 1, 1), LAYOUTS),
+    (("float32", "float32", "float32", "tf32x3", 4, 4), [RC]),
+    (("float32", "float32", "float32", "ieee", 1, 1), [RR]),
+    (("float64", "float64", "float64", None, 1, 1), [CC]),
     (("int8", "int32", "int32", None, 1, 16), LAYOUTS),
     (("uint8", "int32", "int32", None, 1, 16), LAYOUTS),
     (("float8_e4m3fn", "float32", "float32", None, 1, 16), LAYOUTS),
@@ -59,22 +60,22 @@ TYPES = [
 #: 1-element instance
 ODD_TYPES = [
     (("float16", "float16", "float32", None, 1, 1), LAYOUTS),
-    (("bfloat16", "bfloat16", "float32", None, 2, 2), LAYOUTS),
-    (("bfloat16", "bfloat16", "float32", None, 1, 1), LAYOUTS),
+    (("bfloat16", "bfloat16", "float32", None, 2, 2), [CR]),
+    (("bfloat16", "bfloat16", "float32", None, 1, 1), [RC]),
     (("float32", "float32", "float32", "tf32", 1, 1), LAYOUTS),
     (("float32", "float32", "float32", "tf32x3", 1, 1), [RR]),
 ]
 #: tuning candidates run beside the default (the first of the list) with every CTA swizzle and
-#: raster order: together they have each tile shape (128x256, 256x128, and the narrowed
-#: 64x128 cooperative and 128x64 ping-pong ones), each cluster size and
-#: direction (1, 2 and 4 CTAs) and each tile scheduler (persistent, stream-K) of the 3.x
-#: candidates. f16 and bf16 kernels differ only in their element type, so each is run in one.
-#: The candidate problem has few tiles and a long K, so that stream-K is offered for it.
+#: raster order: with the "autotune" shortlist's kernels (128x128, 192x128, 64x128 and 128x64
+#: tiles, ping-pong, one- and two-CTA clusters in both directions, stream-K) they have each
+#: tile shape, each cluster size and direction (1, 2 and 4 CTAs) and each tile scheduler
+#: (persistent, stream-K) of the 3.x candidates. f16 and bf16 kernels differ only in their
+#: element type, so each is run in one. The candidate problem is the autotune problem's size
+#: (few tiles, a long K, so that stream-K is offered for it): 256x128 1x2x1 is a kernel of both.
 CANDIDATE_KERNELS = {
-    "float16": ("256x128x64_1x2x1_cooperative_tma", "128x256x64_1x1x1_cooperative_tma",
-                "128x256x64_2x2x1_cooperative_tma"),
-    "bfloat16": ("256x128x64_1x4x1_cooperative_tma", "256x128x64_1x1x1_cooperative_tma_streamk",
-                 "64x128x64_1x2x1_cooperative_tma", "128x64x64_1x1x1_pingpong_tma"),
+    "float16": ("256x128x64_1x2x1_cooperative_tma", "128x256x64_2x2x1_cooperative_tma",
+                "128x256x64_1x4x1_cooperative_tma"),
+    "bfloat16": ("256x128x64_1x1x1_cooperative_tma_streamk",),
 }
 #: the stream-K kernel offered for _stream_k_problem (and the candidate problem): of the
 #: stream-K kernels, the one whose tiles pad 200 x 264 least (3 tiles of 256 x 128)
