@@ -37,6 +37,7 @@ from typing import Any
 from multibackend.backends.base import AutotunePicks, Backend
 from multibackend.backends.cutlass import build as cutlass_build
 from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.backends.cutlass import launcher
 from multibackend.backends.cutlass.records import (
     DECOMPOSITIONS,
     RASTERS,
@@ -316,8 +317,8 @@ CAPABILITY = Capability(backend=NAME, rules=RULES, batched=True, extra_checks=(_
 
 
 #: where the launch array holds the workspace's address and size
-WORKSPACE = cutlass_emit.SIZES + cutlass_emit.SETTINGS.index("workspace")
-WORKSPACE_BYTES = cutlass_emit.SIZES + cutlass_emit.SETTINGS.index("workspace_bytes")
+WORKSPACE = launcher.SIZES + launcher.SETTINGS.index("workspace")
+WORKSPACE_BYTES = launcher.SIZES + launcher.SETTINGS.index("workspace_bytes")
 
 
 @functools.lru_cache(maxsize=None)
@@ -514,9 +515,9 @@ class CutlassBackend(Backend):
         candidate = candidate_for(problem, config)
         library = self._libraries.get(candidate)
         if library is None:
-            path = cutlass_build.build(cutlass_emit.emit(candidate), candidate.arch,
-                                       candidate.name)
-            library = self._libraries[candidate] = cutlass_build.load(path)
+            source = cutlass_emit.emit(candidate)
+            path = cutlass_build.build(source, candidate.arch, candidate.name)
+            library = self._libraries[candidate] = cutlass_build.load(path, source)
         size = int(dtypes.get(problem.d_dtype).itemsize)
         # the 3.x TMA epilogue stores D through the TMA unit (16 bytes); the 3.x no-smem one
         # stores any D (run on an H200: rows 258 bytes apart, a D 2 bytes past the grid)
@@ -616,8 +617,8 @@ class CutlassBackend(Backend):
 
 
 def _settings(problem: Problem, config: Config) -> tuple[int, ...]:
-    """The launcher's settings (:data:`multibackend.backends.cutlass.emit.SETTINGS`) for ``config``
-    on ``problem``'s device, the workspace left empty."""
+    """The launcher's settings (:data:`~multibackend.backends.cutlass.launcher.SETTINGS`) for
+    ``config`` on ``problem``'s device, the workspace left empty."""
     record = kernel_config(config)
     return (record.swizzle, RASTERS[record.raster], DECOMPOSITIONS[record.decomposition],
             record.splits, device_sm_count(problem.device), 0, 0)

@@ -19,6 +19,7 @@ from multibackend.backends.cutlass import backend as backend_module
 from multibackend.backends.cutlass import build as cutlass_build
 from multibackend.backends.cutlass import emit as cutlass_emit
 from multibackend.core.config import Config
+from multibackend.core.errors import CompileError
 from multibackend.core.problem import Problem, folded_batch, make_operand, synthetic
 from multibackend.gpu import staging, toolchain
 from tests.helpers import sliced_problem  # noqa: E402
@@ -69,7 +70,8 @@ def test_every_accepted_problem_emits_complete_distinct_sources():
         candidate = backend_module.candidate_for(problem, configs[0])
         source = cutlass_emit.emit(candidate)
         assert "${" not in source, candidate.name
-        assert 'extern "C" int mb_gemm(' in source
+        tag = cutlass_build.split_source(source)[1]
+        assert f'extern "C" int mb_gemm_{tag}(' in source
         name = candidate.operation.procedural_name()
         assert f"struct {name}" in source and f"GemmUniversalAdapter<{name}>" in source
         if problem.cc == (9, 0) and problem.in_dtype != "float64" and \
@@ -370,7 +372,59 @@ def test_truncated_artifact_is_discarded(tmp_path, monkeypatch):
 def test_missing_nvcc_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(toolchain, "find_nvcc", lambda: None)
     with pytest.raises(FileNotFoundError, match="CUDA_HOME"):
-        cutlass_build._compile("int x;", "90a", "0" * 32, "k")
+        cutlass_build._compile([(_marked("h", "t", "int x;"), "90a", "k")])
+
+
+def _marked(header: str, tag: str, body: str) -> str:
+    """A source in the emitter's form: a header, the kernel's mark line, its part."""
+    return f"{header}\n{cutlass_build.KERNEL_MARK}{tag}\n{body}"
+
+
+def test_a_source_names_its_header_and_tag_or_the_missing_mark():
+    source = cutlass_emit.emit(backend_module.candidate_for(
+        synthetic(64, 64, 64, "float16", cc=(9, 0)), Config.of("128x256x64_2x1x1_cooperative_tma")))
+    header, tag = cutlass_build.split_source(source)
+    assert source.startswith(header) and re.fullmatch(r"[0-9a-f]{16}", tag)
+    assert f'extern "C" int mb_gemm_{tag}(' in source and "#include" not in source[len(header):]
+    with pytest.raises(ValueError, match="mb-kernel"):
+        cutlass_build.split_source("int x;")
+
+
+def test_kernels_are_grouped_by_header_and_arch_as_many_as_keep_the_workers_busy():
+    jobs = [(_marked("h1", f"t{i}", f"body {9 - i}"), "90a", f"k{i}") for i in range(6)]
+    jobs += [(_marked("h2", "u", "b"), "90a", "other header"), (jobs[0][0], "90", "other arch")]
+    groups = cutlass_build._groups(jobs, workers=4)  # 8 kernels in 4 processes: 2 each
+    assert sorted(i for g in groups for i in g) == list(range(8))
+    assert [len(g) for g in groups] == [2, 2, 2, 1, 1]
+    assert groups[0] == [5, 4]  # neighbours in the order of their parts
+    assert cutlass_build._groups(jobs, workers=1)[0] == [5, 4, 3, 2]  # GROUP_MAX at most
+    assert all(len(g) == 1 for g in cutlass_build._groups(jobs, workers=8))
+
+
+def test_a_group_that_fails_is_built_one_kernel_at_a_time(tmp_path, monkeypatch):
+    """Each kernel gets its own result: the one whose source does not build its own error."""
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
+    built = []
+
+    def fake_compile(jobs):
+        built.append([name for _, _, name in jobs])
+        if any("broken" in source for source, _, _ in jobs):
+            raise CompileError(f"nvcc failed building {jobs[0][2]}")
+        for source, arch, _ in jobs:
+            cutlass_build.cache.write_checked(
+                cutlass_build.library_path(cutlass_build.artifact_key(source, arch)),
+                b"\x7fELF" + source.encode())
+
+    monkeypatch.setattr(cutlass_build, "_compile", fake_compile)
+    jobs = [(_marked("h", f"t{i}", "broken" if i == 1 else f"ok {i}"), "90a", f"k{i}")
+            for i in range(3)]
+    first, second, third = cutlass_build.build_many(jobs + [jobs[0]], max_workers=1)[:3]
+    assert built[0] == ["k1", "k0", "k2"]  # one group (in the order of their parts), then each
+    assert sorted(built[1:]) == [["k0"], ["k1"], ["k2"]]
+    assert first.read_bytes().endswith(b"ok 0") and third.read_bytes().endswith(b"ok 2")
+    assert isinstance(second, CompileError) and "k1" in str(second)
+    assert cutlass_build.build_many(jobs[:1]) == [first]  # cached: nothing built
+    assert len(built) == 4
 
 
 SECOND_PROCESS = """
@@ -390,8 +444,9 @@ print(cutlass_build.build(Path(sys.argv[1]).read_text(), "90a"), "compiled-nothi
 @pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
 def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     """An sm_90a 3.x f16 kernel (HGMMA, TMA loads: the aligned kernel a staged problem runs
-    on its copies) and a 2.x bf16 kernel (HMMA) built at once; the second build, in this
-    process and in another, compiles nothing."""
+    on its copies) and two 2.x kernels (HMMA, bf16 and f16: one library, one nvcc) built at
+    once; each loads as its own kernel; the second build, in this process and in another,
+    compiles nothing."""
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
     workdir = tmp_path / "caller"
     workdir.mkdir()
@@ -403,11 +458,17 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     staged_config = next(c for c in BACKEND.configs(sliced) if staging.is_staged(c))
     candidate = backend_module.candidate_for(*staging.unwrap(sliced, staged_config))
     source = cutlass_emit.emit(candidate)
-    path, bf16_path = cutlass_build.build_many(  # in parallel, one nvcc each
+    f16 = synthetic(33, 17, 9, "float16")  # 1-element alignment: sm_75's 2.x kernels, as bf16
+    f16_candidate = backend_module.candidate_for(f16, Config.of("64x64x32_s2_sm75"))
+    bf16_source, f16_source = cutlass_emit.emit(bf16_candidate), cutlass_emit.emit(f16_candidate)
+    path, bf16_path, f16_path = cutlass_build.build_many(  # two nvcc, the 2.x kernels in one
         [(source, candidate.arch, candidate.name),
-         (cutlass_emit.emit(bf16_candidate), bf16_candidate.arch, bf16_candidate.name)], 2)
+         (bf16_source, bf16_candidate.arch, bf16_candidate.name),
+         (f16_source, f16_candidate.arch, f16_candidate.name)], 2)
+    assert bf16_path != f16_path and bf16_path.read_bytes() == f16_path.read_bytes()
     assert bf16_candidate.arch == "90" and bf16_candidate.family == "2x_retyped"
     assert re.search(r"\bHMMA\.1688\.F32\.BF16\b", toolchain.sass(bf16_path))
+    assert re.search(r"\bHMMA\.1688\.F32\b(?!\.BF16)", toolchain.sass(f16_path))
     assert candidate.arch == "90a"
     assert re.search(r"\bUTMALDG\b", toolchain.sass(path))
     assert path.parent == tmp_path / "cutlass"
@@ -427,10 +488,14 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     sass = toolchain.sass(path)
     assert re.search(r"\bHGMMA\.64x\d+x16\.F32\b", sass), sass[:2000]
     try:
-        library = cutlass_build.load(path)
+        library = cutlass_build.load(path, source)
+        bf16_library = cutlass_build.load(bf16_path, bf16_source)
+        f16_library = cutlass_build.load(f16_path, f16_source)
     except OSError as exc:  # a host without the CUDA driver cannot resolve libcuda symbols
         pytest.skip(f"cannot dlopen here: {exc}")
     assert library.kernel_name == candidate.operation.procedural_name()
+    assert (bf16_library.kernel_name, f16_library.kernel_name) == (
+        bf16_candidate.operation.procedural_name(), f16_candidate.operation.procedural_name())
     assert library.status_string(1) == "Error Misaligned Operand"
     assert isinstance(library.gemm, ctypes._CFuncPtr)
     assert os.listdir(workdir) == []

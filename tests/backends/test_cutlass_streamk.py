@@ -16,6 +16,7 @@ pytest.importorskip("cutlass_library")
 from multibackend.backends.cutlass import backend as backend_module
 from multibackend.backends.cutlass import build as cutlass_build
 from multibackend.backends.cutlass import emit as cutlass_emit
+from multibackend.backends.cutlass import launcher
 from multibackend.core.config import Config, Operands
 from multibackend.core.errors import InvalidArgument
 from multibackend.core.problem import synthetic
@@ -148,7 +149,7 @@ def test_settings_carry_decomposition_splits_and_the_sm_count(monkeypatch):
     monkeypatch.setattr(backend_module, "device_sm_count", lambda device: 114)
     problem = synthetic(*CUBE, "float16", cc=(9, 0))
     by_name = {c.name: c for c in BACKEND.configs(problem)}
-    slots = dict(zip(cutlass_emit.SETTINGS, backend_module._settings(
+    slots = dict(zip(launcher.SETTINGS, backend_module._settings(
         problem, by_name["128x256x64_2x1x1_cooperative_tma_splitk4"])))
     assert slots == {"swizzle": 1, "raster": 0, "decomposition": 2, "splits": 4,
                      "sm_count": 114, "workspace": 0, "workspace_bytes": 0}
@@ -184,7 +185,8 @@ def test_launcher_never_allocates_and_exports_its_workspace_size():
                                        (odd, BACKEND.default_config(odd)))]
     for source in sources:
         assert "cudaMalloc" not in source and "cudaFree" not in source
-        assert 'extern "C" int64_t mb_workspace_size(const int64_t* shape)' in source
+        tag = cutlass_build.split_source(source)[1]
+        assert f'extern "C" int64_t mb_workspace_size_{tag}(const int64_t* shape)' in source
         assert "kSwizzle = 12" in source and "kWorkspaceBytes = 18" in source
     assert "cutlass::gemm::StreamKScheduler" in sources[0]
     assert "decltype(scheduler.reduction_mode)::Deterministic" in sources[0]
@@ -325,14 +327,15 @@ def built(tmp_path_factory):
     monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     problem = synthetic(*CUBE, "float16", cc=(9, 0))
     candidate = backend_module.candidate_for(problem, _stream_k(problem)[0])
-    path = cutlass_build.build(cutlass_emit.emit(candidate), candidate.arch, candidate.name)
-    yield SimpleNamespace(path=path, candidate=candidate, problem=problem)
+    source = cutlass_emit.emit(candidate)
+    path = cutlass_build.build(source, candidate.arch, candidate.name)
+    yield SimpleNamespace(path=path, source=source, candidate=candidate, problem=problem)
     monkeypatch.undo()
 
 
 def _library(built):
     try:
-        return cutlass_build.load(built.path)
+        return cutlass_build.load(built.path, built.source)
     except OSError as exc:  # a host without the CUDA driver may not resolve libcuda symbols
         pytest.skip(f"cannot dlopen here: {exc}")
 
@@ -340,7 +343,7 @@ def _library(built):
 def _shape(problem, config, sm_count: int = SMS):
     """The launch array of ``config`` on ``problem`` for ``sm_count`` SMs, no workspace."""
     settings = list(backend_module._settings(problem, config))
-    settings[cutlass_emit.SETTINGS.index("sm_count")] = sm_count
+    settings[launcher.SETTINGS.index("sm_count")] = sm_count
     return (ctypes.c_int64 * 19)(*cutlass_emit.kernel_args(problem), *settings)
 
 
