@@ -17,9 +17,15 @@ from numbers alone.
   while the kernels build. Before its first ``cutlass`` test, a process waits for the lock to
   be released; each such test then loads its own kernels from the cache, building any that is
   missing (one whose build failed is built again there and its error fails that test).
+
+The tier is bound by the machine's cores, so each pytest-xdist worker takes only its share:
+torch's CPU ops run on ``cores / workers`` threads, and a thread waiting for the GPU (a
+synchronize, a copy to the host) sleeps instead of spinning on a core (the primary context's
+blocking-sync flag, set before any context exists).
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import functools
 import json
@@ -36,23 +42,54 @@ PREBUILD_LOCK = "prebuild.lock"
 PREBUILD_LOG = "prebuild.log"
 #: the child process: reads [[source, arch, name], ...] on stdin and builds them
 BUILDER = """
-import json, sys, time
+import json, resource, sys, time
 from multibackend.backends.cutlass import build as cutlass_build
 jobs = [tuple(job) for job in json.load(sys.stdin)]
 start = time.monotonic()
 workers = cutlass_build.default_workers()
 results = cutlass_build.build_many(jobs, workers)
 failed = [(job[2], r) for job, r in zip(jobs, results) if isinstance(r, Exception)]
+used = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(f"{len(jobs)} CUTLASS kernels ready in {time.monotonic() - start:.0f} s with {workers} "
-      f"nvcc processes at most; {len(failed)} failed", file=sys.stderr)
+      f"nvcc processes at most ({used.ru_utime + used.ru_stime:.0f} CPU-s); {len(failed)} failed",
+      file=sys.stderr)
 for name, error in failed:
     print(f"{name}: {str(error)[:2000]}", file=sys.stderr)
 """
+
+#: CU_CTX_SCHED_BLOCKING_SYNC: a thread waiting for the GPU sleeps on a semaphore
+BLOCKING_SYNC = 0x4
 
 _jobs: dict[str, list[tuple[str, str, str]]] = {}  # test node id -> (source, arch, name) jobs
 _errors: dict[str, BaseException] = {}  # test node id -> why its jobs could not be listed
 _builder: subprocess.Popen | None = None
 _waited = False
+
+
+def pytest_configure(config):
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+        _sleep_while_waiting_for_the_gpu()
+
+
+def _sleep_while_waiting_for_the_gpu() -> None:
+    """Set the blocking-sync flag on every device's primary context, before torch, CuPy or
+    the driver calls of the library create it. Without a driver nothing is set (the GPU
+    tests skip there); where the driver refuses, waits spin as by default (only slower)."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    count = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return
+    for ordinal in range(count.value):
+        device = ctypes.c_int(0)
+        if cuda.cuDeviceGet(ctypes.byref(device), ordinal) == 0:
+            cuda.cuDevicePrimaryCtxSetFlags_v2(device, ctypes.c_uint(BLOCKING_SYNC))
 
 
 @functools.lru_cache(maxsize=None)
