@@ -186,16 +186,18 @@ def _build_group(jobs: list[tuple[str, str, str]]) -> list[Path | Exception]:
 def _groups(jobs: list[tuple[str, str, str]], workers: int) -> list[list[int]]:
     """Indices of ``jobs`` in groups that each build in one nvcc process: jobs of one header
     and arch, neighbours in the order of their kernel parts (kernels of one type and layout
-    share the most), as many per group as it takes to keep ``workers`` processes busy, at most
-    :data:`GROUP_MAX`."""
-    size = min(GROUP_MAX, max(1, math.ceil(len(jobs) / max(1, workers))))
+    share the most), the jobs spread evenly over about ``workers`` groups, at most
+    :data:`GROUP_MAX` in one."""
+    share = max(1.0, len(jobs) / max(1, workers))
     units: dict[tuple[str, str], list[int]] = {}
     for i, (source, arch, _) in enumerate(jobs):
         units.setdefault((arch, split_source(source)[0]), []).append(i)
     groups = []
     for (_, header), members in units.items():
         members.sort(key=lambda i: jobs[i][0][len(header):].partition("\n")[2])
-        groups += [members[i:i + size] for i in range(0, len(members), size)]
+        count = max(math.ceil(len(members) / share), math.ceil(len(members) / GROUP_MAX))
+        bounds = [round(j * len(members) / count) for j in range(count + 1)]
+        groups += [members[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
     return groups
 
 

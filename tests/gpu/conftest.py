@@ -18,10 +18,11 @@ from numbers alone.
   be released; each such test then loads its own kernels from the cache, building any that is
   missing (one whose build failed is built again there and its error fails that test).
 
-The tier is bound by the machine's cores, so each pytest-xdist worker takes only its share:
-torch's CPU ops run on ``cores / workers`` threads, and a thread waiting for the GPU (a
-synchronize, a copy to the host) sleeps instead of spinning on a core (the primary context's
-blocking-sync flag, set before any context exists).
+The builds are the run's longest path, so each pytest-xdist worker takes only its share of the
+cores and yields them to nvcc: torch's CPU ops run on ``cores / workers`` threads, the workers
+run at a lower CPU priority than the builds, and a thread waiting for the GPU (a synchronize,
+a copy to the host) sleeps instead of spinning on a core (the primary context's blocking-sync
+flag, set before any context exists).
 """
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ for name, error in failed:
     print(f"{name}: {str(error)[:2000]}", file=sys.stderr)
 """
 
+#: how much lower the workers' CPU priority is than the CUTLASS builds' (which the
+#: ``cutlass`` tests wait for, at the end of the run)
+NICENESS = 10
 #: CU_CTX_SCHED_BLOCKING_SYNC: a thread waiting for the GPU sleeps on a semaphore
 BLOCKING_SYNC = 0x4
 
@@ -113,15 +117,27 @@ def _lock_path() -> Path:
     return cache.cache_dir("cutlass") / PREBUILD_LOCK
 
 
+@pytest.hookimpl(tryfirst=True)  # the mark is there when ``-m`` selects
 def pytest_collection_modifyitems(config, items):
-    """The ``cutlass`` tests last (keeping the order otherwise): they wait for the builds."""
+    """The ``cutlass`` tests last (keeping the order otherwise): they wait for the builds. A
+    test parametrized over backends is one in its ``cutlass`` case."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend") == "cutlass":
+            item.add_marker(pytest.mark.cutlass)
     items.sort(key=lambda item: item.get_closest_marker("cutlass") is not None)
 
 
 def pytest_collection_finish(session):
-    global _builder
     if session.config.option.collectonly:
         return
+    _start_prebuild(session)
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        os.nice(NICENESS)  # after the builder started: it keeps the default priority
+
+
+def _start_prebuild(session) -> None:
+    global _builder
     selected = [item for item in session.items if item.get_closest_marker("cutlass")]
     if not selected or not _cutlass_ready():
         return
@@ -205,10 +221,10 @@ def cutlass_kernels(request):
         return
     if node.nodeid in _errors:
         raise _errors[node.nodeid]
+    _wait_for_prebuild()
     jobs = _jobs.get(node.nodeid)
     if not jobs:
         return
-    _wait_for_prebuild()
     from multibackend.backends.cutlass import build as cutlass_build
 
     results = cutlass_build.build_many(jobs)
