@@ -22,16 +22,17 @@ so that each failure is its own kernel's error.
 """
 from __future__ import annotations
 
-import ctypes
 import contextlib
-import fcntl
+import ctypes
 import functools
+import itertools
 import math
 import os
 import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -153,14 +154,12 @@ def _lock_path(key: str) -> Path:
 
 
 @contextlib.contextmanager
-def _all_locked(keys: list[str]):
+def _all_locked(keys: list[str]) -> Iterator[None]:
     """Hold the build locks of ``keys`` (taken in key order, so that two processes building
     overlapping groups cannot wait on each other)."""
     with contextlib.ExitStack() as stack:
         for key in sorted(set(keys)):
-            lock = stack.enter_context(open(_lock_path(key), "a"))
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            stack.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+            stack.enter_context(cache.locked(_lock_path(key)))
         yield
 
 
@@ -197,7 +196,7 @@ def _groups(jobs: list[tuple[str, str, str]], workers: int) -> list[list[int]]:
         members.sort(key=lambda i: jobs[i][0][len(header):].partition("\n")[2])
         count = max(math.ceil(len(members) / share), math.ceil(len(members) / GROUP_MAX))
         bounds = [round(j * len(members) / count) for j in range(count + 1)]
-        groups += [members[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+        groups += [members[lo:hi] for lo, hi in itertools.pairwise(bounds)]
     return groups
 
 

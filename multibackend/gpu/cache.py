@@ -12,12 +12,14 @@ and replaced.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from multibackend.core.errors import CacheUnusable
 from multibackend.core.names import ENV_CACHE_DIR
@@ -145,17 +147,42 @@ def read_entry(path: Path, validate) -> bytes | None:
     return None
 
 
+@contextlib.contextmanager
+def locked(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (the file made if need be). One another account
+    made is locked through a read-only handle; where the file can be neither made nor opened
+    (a full disk, a directory that became read-only) :class:`CacheUnusable` names it."""
+    try:
+        lock = open(lock_path, "a")
+    except PermissionError:
+        try:
+            lock = open(lock_path, "r")
+        except OSError as exc:
+            raise _unusable_lock(lock_path, exc) from exc
+    except OSError as exc:
+        raise _unusable_lock(lock_path, exc) from exc
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _unusable_lock(lock_path: Path, exc: OSError) -> CacheUnusable:
+    return CacheUnusable(f"the lock file {lock_path.name} in {str(lock_path.parent)!r} cannot be "
+                         f"made or opened ({exc.strerror or exc}); free space there, or point "
+                         "MULTIBACKEND_CACHE_DIR at a writable directory")
+
+
 def build_once(lock_path: Path, find: Callable[[], T | None], make: Callable[[], T]) -> T:
     """What ``find()`` returns from the cache, else what ``make()`` builds, made by one process
     at a time: the others (ranks of one job, test workers) wait on an exclusive lock on
-    ``lock_path``, then find the entry the first one wrote instead of building it again."""
+    ``lock_path`` (:func:`locked`), then find the entry the first one wrote instead of building
+    it again."""
     found = find()
     if found is not None:
         return found
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            found = find()
-            return found if found is not None else make()
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with locked(lock_path):
+        found = find()
+        return found if found is not None else make()

@@ -105,3 +105,34 @@ def test_a_compiled_kernel_changed_on_disk_is_removed_and_rebuilt(tmp_path, dama
     path.write_bytes(changed)
     assert cache.read_checked(path, lambda d: d[:4] == b"\x7fELF") is None
     assert not path.exists() and not cache.checksum_path(path).exists()
+
+
+def _open_failing(monkeypatch, failing_mode: str, error: int):
+    """``open`` in the cache module raising ``error`` for ``failing_mode``, as the OS would."""
+    real = open
+
+    def fake(path, mode="r", *args, **kwargs):
+        if mode == failing_mode:  # OSError picks the subclass (EACCES: PermissionError)
+            raise OSError(error, os.strerror(error), str(path))
+        return real(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "open", fake, raising=False)
+
+
+def test_a_build_lock_that_cannot_be_made_names_the_directory(tmp_path, monkeypatch):
+    """A kernel build whose lock file cannot be made (a full disk) raises CacheUnusable
+    naming the file and the directory, and builds nothing."""
+    _open_failing(monkeypatch, "a", errno.ENOSPC)
+    built = []
+    with pytest.raises(CacheUnusable, match="No space left on device") as raised:
+        cache.build_once(tmp_path / "kernel.lock", lambda: None, lambda: built.append(1))
+    assert "kernel.lock" in str(raised.value) and str(tmp_path) in str(raised.value)
+    assert built == []
+
+
+def test_another_accounts_build_lock_is_taken_read_only(tmp_path, monkeypatch):
+    """A lock file this process may not write (another account's in a shared cache) is still
+    a lock: taken through a read-only handle, and the build runs under it."""
+    (tmp_path / "kernel.lock").touch()
+    _open_failing(monkeypatch, "a", errno.EACCES)
+    assert cache.build_once(tmp_path / "kernel.lock", lambda: None, lambda: "built") == "built"
