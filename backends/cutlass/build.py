@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
-import itertools
 import math
 import os
 import shutil
@@ -185,18 +184,16 @@ def _build_group(jobs: list[tuple[str, str, str]]) -> list[Path | Exception]:
 def _groups(jobs: list[tuple[str, str, str]], workers: int) -> list[list[int]]:
     """Indices of ``jobs`` in groups that each build in one nvcc process: jobs of one header
     and arch, neighbours in the order of their kernel parts (kernels of one type and layout
-    share the most), the jobs spread evenly over about ``workers`` groups, at most
-    :data:`GROUP_MAX` in one."""
-    share = max(1.0, len(jobs) / max(1, workers))
+    share the most), as many in one as it takes to keep at most ``workers`` processes busy,
+    at most :data:`GROUP_MAX`."""
+    size = min(GROUP_MAX, max(1, math.ceil(len(jobs) / max(1, workers))))
     units: dict[tuple[str, str], list[int]] = {}
     for i, (source, arch, _) in enumerate(jobs):
         units.setdefault((arch, split_source(source)[0]), []).append(i)
     groups = []
     for (_, header), members in units.items():
         members.sort(key=lambda i: jobs[i][0][len(header):].partition("\n")[2])
-        count = max(math.ceil(len(members) / share), math.ceil(len(members) / GROUP_MAX))
-        bounds = [round(j * len(members) / count) for j in range(count + 1)]
-        groups += [members[lo:hi] for lo, hi in itertools.pairwise(bounds)]
+        groups += [members[i:i + size] for i in range(0, len(members), size)]
     return groups
 
 
