@@ -28,6 +28,7 @@ from multibackend.core.errors import (
 )
 from multibackend.core.packing import pack_bits, pack_int4, unpack_bits, unpack_int4
 from multibackend.core.problem import Problem
+from multibackend.core.scales import quantize
 from multibackend.tuning.tuner import tune
 from multibackend.verify.crosscheck import Report, crosscheck
 
@@ -49,7 +50,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "matmul", "binary_matmul", "dot", "explain", "crosscheck", "Report", "Problem",
-    "load_tuning", "tune", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits",
+    "load_tuning", "tune", "quantize", "pack_int4", "unpack_int4", "pack_bits", "unpack_bits",
     "MultibackendError", "InvalidArgument", "InvalidType", "UnsupportedProblem",
     "BackendUnavailable", "CaptureError", "CompileError", "KernelRefused", "__version__",
     "nn", "patch", "unpatch",

@@ -62,7 +62,8 @@ def _given(alpha: Any, saturate: Any, **others: Any) -> list[str]:
 def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto",
             autotune: Any = None, alpha: Any = 1.0, beta: Any = None, out: Any = None,
             out_dtype: Any = None, acc_dtype: Any = None, precision: str | None = None,
-            saturate: bool = False, dtype: str | None = None, config: Any = None) -> Decision:
+            saturate: bool = False, dtype: str | None = None, config: Any = None,
+            scale_a: Any = None, scale_b: Any = None) -> Decision:
     """The dispatch decision :func:`matmul` (or :func:`dot`) would make for these arguments,
     which it takes alike: the chosen backend and config, the rule that decided, and every
     backend's accept/reject reason (print it, or ``.to_dict()``).
@@ -74,14 +75,15 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     scale = 1  # alpha, where a matmul's call gives it
     if B is None and isinstance(A, Problem):
         given = _given(alpha, saturate, C=C, beta=beta, out=out, out_dtype=out_dtype,
-                       acc_dtype=acc_dtype, precision=precision, dtype=dtype)
+                       acc_dtype=acc_dtype, precision=precision, dtype=dtype, scale_a=scale_a,
+                       scale_b=scale_b)
         if given:
             raise InvalidArgument(f"explain: A is a Problem, which holds every option, so "
                                   f"{', '.join(given)} cannot be given with it")
         problem = A
     elif getattr(A, "ndim", None) == 1:
         extra = _given(alpha, saturate, C=C, beta=beta, out=out, out_dtype=out_dtype,
-                       precision=precision, dtype=dtype)
+                       precision=precision, dtype=dtype, scale_a=scale_a, scale_b=scale_b)
         if extra:
             raise InvalidArgument(f"explain: x is 1-D, so this is a dot, which takes no "
                                   f"{', '.join(extra)} (dot takes acc_dtype only)")
@@ -89,7 +91,7 @@ def explain(A: Any, B: Any = None, C: Any = None, *, backend: str | None = "auto
     else:
         call = matmul_call(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
                            acc_dtype=acc_dtype, precision=precision, saturate=saturate,
-                           packed=eager.packed(dtype))
+                           packed=eager.packed(dtype), scale_a=scale_a, scale_b=scale_b)
         problem, scale = call.problem, call.operands.alpha
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, problem.op)

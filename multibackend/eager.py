@@ -30,6 +30,9 @@ def matmul(A: Any, B: Any, C: Any = None, *, backend: Any = "auto", autotune: An
     """``D = alpha * A @ B + beta * C`` on the backend ``backend`` ("auto" by default).
 
     ``out_dtype``: D's dtype (default: A's for floats, int32 for integers, float32 for fp8).
+    ``scale_a``, ``scale_b``: for fp8 A and B, float32 scales, tensor-, row- or block-wise:
+    ``D = (scale_a * A) @ (scale_b * B) + beta * C`` (see :mod:`multibackend.core.scales`;
+    :func:`multibackend.quantize` makes them).
     ``acc_dtype``: the accumulator (float32 by default; float16 where a backend offers it).
     ``precision``: for float32 operands, "ieee" (default), "tf32" or "tf32x3".
     ``dtype``: "int4" or "uint4" when A and B are packed sub-byte operands (uint8 arrays
@@ -76,8 +79,14 @@ def _check_keywords(op: str, given: dict, spelled_out: Any) -> None:
 def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None,
             out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
             precision: str | None = None, saturate: bool = False, dtype: str | None = None,
-            backend: str | None = "auto", config: Any = None, autotune: Any = None) -> Any:
+            backend: str | None = "auto", config: Any = None, autotune: Any = None,
+            scale_a: Any = None, scale_b: Any = None) -> Any:
     """:func:`matmul` with its keywords spelled out: every call but a repeated plain one."""
+    if scale_a is not None or scale_b is not None:
+        return _scaled(A, B, C, alpha=alpha, beta=beta, out=out, out_dtype=out_dtype,
+                       acc_dtype=acc_dtype, precision=precision, saturate=saturate,
+                       packed=packed(dtype), backend=backend, config=config,
+                       autotune=autotune, scale_a=scale_a, scale_b=scale_b)
     # every keyword but out, backend, config and autotune at its default
     others = _at_defaults(alpha, beta, out_dtype, acc_dtype, precision, saturate, dtype)
     defaults = others and out is None and config is None
@@ -124,6 +133,20 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
         elif config is not None and autotune is None and A.__class__ is _TENSOR:
             exact = ("config", (backend, config)), A, B
     return _dispatch_and_run(call, backend, config, fast[1:], rerun, autotune, direct, exact)
+
+
+def _scaled(A: Any, B: Any, C: Any, *, backend: str | None, config: Any, autotune: Any,
+            **arguments: Any) -> Any:
+    """A scaled fp8 product: validated, decided and run on every call. No plan is remembered
+    for it (a plan's key would hold the scale tensors, and its launch take only A, B, C and
+    out), so a repeated call pays the full path's host time, and one cannot be captured in a
+    CUDA graph."""
+    if _compiling():
+        raise InvalidArgument("matmul: scale_a or scale_b under torch.compile: scaled fp8 "
+                              "products are not traced by torch.compile; call matmul outside "
+                              "the compiled region")
+    return _dispatch_and_run(matmul_call(A, B, C, **arguments), backend, config,
+                             autotune=autotune)
 
 
 def _at_defaults(alpha: Any, beta: Any, out_dtype: Any, acc_dtype: Any, precision: Any,

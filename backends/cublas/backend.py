@@ -10,7 +10,9 @@ workspace and the host cost they come with:
   call ("ieee" off, "tf32" on) and restored after;
 - int8: ``torch._int_mm`` (cuBLASLt int8, int32 out; M > 16 and K, N multiples of 8);
 - fp8: ``torch._scaled_mm`` (cuBLASLt fp8) writing D in place, alpha as the scale of A (D
-  rounded once), the unit scale for B;
+  rounded once), the unit scale for B; a scaled product with the caller's scales, tensor-wise
+  (alpha folded into A's) or row-wise (one per row of A and column of B, D bfloat16);
+  block-wise scales are not offered;
 - dot: ``torch.dot`` for f32 and f64 (its f16/bf16 dots round to the input type, while
   multibackend's dot returns float32, so those are not offered).
 
@@ -62,6 +64,9 @@ def _int_mm_rule(problem: Problem) -> tuple[str, str] | None:
             return ("shape", "cuBLASLt fp8 GEMM needs M, N and K multiples of 16")
         if problem.batch > 1:
             return ("batch", "cuBLASLt fp8 GEMM (torch._scaled_mm) is not batched")
+        if problem.scales == ("row", "row") and problem.d_dtype != "bfloat16":
+            return ("scales", "torch._scaled_mm scales rows and columns only into a bfloat16 "
+                              f"D, not {problem.d_dtype}")
     return None
 
 
@@ -81,7 +86,8 @@ def _capability() -> Capability:
         DtypeRule("float32", accs=("float32",), outs=("float32",), ops=("dot",)),
         DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
     )
-    return Capability("cublas", rules, extra_checks=(_int_mm_rule,))
+    return Capability("cublas", rules, extra_checks=(_int_mm_rule,),
+                      scales=(("tensor", "tensor"), ("row", "row")))
 
 
 @contextlib.contextmanager
@@ -187,6 +193,10 @@ class CublasBackend(Backend):
                 torch._int_mm(a[i], b[i], out=d[i])
             if ops.alpha != 1:
                 d.mul_(ops.alpha)
+        elif ops.scale_a is not None:  # the caller's scales, alpha folded into A's
+            scale_a = ops.scale_a if ops.alpha == 1 else ops.scale_a * ops.alpha
+            torch._scaled_mm(a[0], b[0], scale_a=scale_a, scale_b=ops.scale_b,
+                             out_dtype=d.dtype, out=d[0])
         else:  # alpha as the scale of A: applied to the float32 sums, D rounded once
             torch._scaled_mm(a[0], b[0], scale_a=scale(ops.alpha, a.device),
                              scale_b=scale(1.0, a.device), out_dtype=d.dtype, out=d[0])

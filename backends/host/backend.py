@@ -6,13 +6,15 @@ arrays answers with the product a user of those arrays would have called: torch'
 (NumPy arrays are read through torch without a copy). It keeps the library's semantics rather
 than torch's CPU ones: products of 16-bit and 8-bit floats accumulate in float32 and are
 rounded once, int8 accumulates exactly and wraps to int32, alpha = 0 reads neither A nor B and
-beta = 0 does not read C (as BLAS says). It refuses problems on a GPU (the GPU backends run
+beta = 0 does not read C (as BLAS says); a scaled fp8 product multiplies each fp8 value by its
+scale in float32 before the product, at every granularity. It refuses problems on a GPU (the GPU backends run
 those) and float32's reduced precisions (a CPU computes IEEE float32 only: a "tf32" result here
 would be more accurate than asked, not what the GPU gives).
 """
 from __future__ import annotations
 
 from multibackend.backends.base import Backend
+from multibackend.core import scales
 from multibackend.core.capability import Capability, DtypeRule, Reason
 from multibackend.core.config import Config, Operands
 from multibackend.core.problem import Problem
@@ -41,7 +43,9 @@ def _capability() -> Capability:
         DtypeRule("float32", accs=("float32",), outs=("float32",), ops=("dot",)),
         DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
     )
-    return Capability("host", rules, extra_checks=(_on_host,))
+    every = ("tensor", "row", "block")
+    return Capability("host", rules, extra_checks=(_on_host,),
+                      scales=tuple((a, b) for a in every for b in every))
 
 
 class HostBackend(Backend):
@@ -73,12 +77,25 @@ class HostBackend(Backend):
         if ops.alpha == 0:  # A and B are not read
             acc = torch.zeros(ops.d.shape, dtype=wide)
         else:
-            acc = torch.matmul(ops.a.to(wide), ops.b.to(wide))
+            acc = torch.matmul(*_read(problem, ops, wide))
             if ops.alpha != 1:
                 acc = acc * ops.alpha
         if problem.has_c and ops.c is not None and ops.beta != 0:  # beta = 0: C is not read
             acc = acc + ops.c.to(wide) * ops.beta
         ops.d.copy_(acc.expand(ops.d.shape))
+
+
+def _read(problem: Problem, ops: Operands, wide) -> tuple:
+    """A and B in the accumulator's type, each multiplied by its scales where the product is
+    scaled (every element by the scale that covers it, in float32, as a GPU kernel applies
+    them to its fp8 values)."""
+    a, b = ops.a.to(wide), ops.b.to(wide)
+    if problem.scales is None:
+        return a, b
+    rows_a, rows_b = (problem.m, problem.k), (problem.k, problem.n)
+    factor_a = scales.expanded(ops.scale_a, problem.scales[0], "A", *rows_a)
+    factor_b = scales.expanded(ops.scale_b, problem.scales[1], "B", *rows_b)
+    return a * factor_a.to(wide), b * factor_b.to(wide)
 
 
 def create() -> Backend:

@@ -64,6 +64,8 @@ class Capability:
     max_dim: int = 2**31 - 1
     min_align: int = 1
     extra_checks: tuple = field(default=())
+    #: the (A's, B's) scale granularities of scaled fp8 products offered (none by default)
+    scales: tuple[tuple[str, str], ...] = ()
 
     def rule_for(self, problem: Problem) -> DtypeRule | None:
         for rule in self.rules:
@@ -108,6 +110,11 @@ class Capability:
                 return no("batch", "batched operands are not offered")
             if problem.saturate and not self.saturate:
                 return no("saturate", "saturating output (satf) is not offered")
+            if problem.scales is not None and problem.scales not in self.scales:
+                offered = ", ".join(f"A {a}-wise with B {b}-wise" for a, b in self.scales)
+                return no("scales", f"fp8 scales A {problem.scales[0]}-wise with B "
+                                    f"{problem.scales[1]}-wise are not offered (offered: "
+                                    f"{offered or 'none'})")
         if max(problem.m, problem.n, problem.k) > self.max_dim:
             return no("size", f"a dimension exceeds {self.max_dim}")
         for extra in self.extra_checks:

@@ -51,7 +51,8 @@ class Operands:
     contiguous. A backend whose ``takes_matrices`` is set may also be given the caller's 2-D arrays
     as they are (each one 2-D or 3-D) for a matmul of batch 1. For dot, ``a`` and ``b`` are 1-D and
     ``d`` holds one element. ``stream`` is the CUDA stream handle the caller's work is ordered on
-    (0 on the host).
+    (0 on the host). ``scale_a`` and ``scale_b`` hold a scaled fp8 product's scales (None
+    otherwise; their shapes in the fields' comments).
     """
 
     a: Any
@@ -62,6 +63,10 @@ class Operands:
     beta: float | int = 0
     stream: int = 0
     extra: dict = field(default_factory=dict)
+    #: a scaled fp8 product's float32 scales (:mod:`multibackend.core.scales`), A's as a 0-d
+    #: tensor, (M, 1) or (M, K/128 blocks), B's as a 0-d tensor, (1, N) or (K/128, N/128)
+    scale_a: Any = None
+    scale_b: Any = None
 
 
 def folded_operands(operands: Operands, folded: Problem) -> Operands:

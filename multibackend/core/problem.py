@@ -85,6 +85,8 @@ class Problem:
     packed: str | None = None  # "int4", "uint4" or "bit" for sub-byte packed operands
     bitop: str | None = None  # "xor" or "and" for binary (b1) matmul
     d_align: int = 16  # the largest power of two, up to 16, dividing D's pointer in bytes
+    #: fp8 scales' granularities (A's, B's): see :mod:`multibackend.core.scales`
+    scales: tuple[str, str] | None = None
     extra: tuple = field(default=())
 
     @property
@@ -149,7 +151,12 @@ class Problem:
         prec = f" precision={self.precision}" if self.precision else ""
         return (f"matmul {batch}{self.m}x{self.n}x{self.k} {self.in_dtype} A:{self.a.layout} "
                 f"B:{self.b.layout} -> {self.d_dtype} (acc {self.acc}){prec}"
-                f"{' +C' if self.has_c else ''}")
+                f"{' +C' if self.has_c else ''}{self._scales_words()}")
+
+    def _scales_words(self) -> str:
+        if self.scales is None:
+            return ""
+        return f" scaled (A {self.scales[0]}-wise, B {self.scales[1]}-wise)"
 
     def with_(self, **changes) -> "Problem":
         return replace(self, **changes)

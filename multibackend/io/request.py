@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from multibackend.core import dtypes
+from multibackend.core import dtypes, scales
 from multibackend.core.config import Operands
 from multibackend.core.errors import InvalidArgument
 from multibackend.core.packing import PER_BYTE
@@ -135,13 +135,21 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
                 out: Any = None, out_dtype: Any = None, acc_dtype: Any = None,
                 precision: str | None = None, saturate: bool = False,
                 packed: str | None = None, bitop: str | None = None,
-                op: str = "matmul") -> Call:
+                op: str = "matmul", scale_a: Any = None, scale_b: Any = None) -> Call:
     """Validate a matmul's arguments and build its Call (see the module docstring)."""
     named = {"A": adapt(A, "A", op), "B": adapt(B, "B", op)}
     if C is not None:
         named["C"] = adapt(C, "C", op)
     if out is not None:
         named["out"] = adapt(out, "out", op)
+    for name, given in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if type(given) in (int, float):  # a tensor-wise scale given as a number
+            import torch
+
+            given = torch.tensor(float(given), dtype=torch.float32,
+                                 device=named["A"].tensor.device)
+        if given is not None:
+            named[name] = adapt(given, name, op)
     check_same_place(op, named)
     a, b = named["A"], named["B"]
     for name in ("A", "B"):
@@ -195,6 +203,7 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         raise InvalidArgument(f"{op}: precision is {precision!r} but A is {in_dtype}: "
                               "precision modes apply to float32 operands only")
 
+    scale_kinds = _scale_kinds(op, named, in_dtype, squeeze, int(m), int(n), k)
     integer_out = dtypes.get(d_dtype).is_integer
     alpha_v = scalar(alpha, "alpha", op, integer=integer_out)
     if beta is None:
@@ -226,7 +235,8 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
                                   "must be row-major contiguous")
 
     check_out_separate(op, named["out"].tensor if "out" in named else None,
-                       {name: named[name].tensor for name in ("A", "B", "C") if name in named})
+                       {name: named[name].tensor for name in ("A", "B", "C", "scale_a",
+                                                              "scale_b") if name in named})
     user_out = out if named.get("out") is not None and named["out"].kind == "numpy" else None
     given = named["out"] if "out" in named else None
     on_host = named["A"].tensor.device.type == "cpu"
@@ -261,12 +271,57 @@ def matmul_call(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = 
         c=describe(tc, d_dtype, int(m), int(n)) if tc is not None and beta_v != 0 else None,
         d_dtype=d_dtype, acc=acc, precision=precision, has_c=tc is not None and beta_v != 0,
         saturate=bool(saturate), device=str(device), cc=cc, packed=packed, bitop=bitop,
-        d_align=min(16, pointer_alignment(td.data_ptr()))))
+        d_align=min(16, pointer_alignment(td.data_ptr())), scales=scale_kinds))
     operands = Operands(a=ta, b=tb, c=tc if problem.has_c else None, d=td, alpha=alpha_v,
                         beta=beta_v, stream=stream)
+    if scale_kinds is not None:
+        operands.scale_a, operands.scale_b = _scale_tensors(named, scale_kinds, int(m), int(n),
+                                                            k, device)
     return Call(problem, operands, a.kind, squeeze, device, user_out,
                 named["out"].tensor if "out" in named else None, own_out, staged_out,
                 to_host=on_host and device.type == "cuda" and given is None)
+
+
+def _scale_kinds(op: str, named: dict[str, Adapted], in_dtype: str, matrices: bool, m: int,
+                 n: int, k: int) -> tuple[str, str] | None:
+    """The (A's, B's) granularities of the scales given (an absent one is tensor-wise: 1), or
+    None without scales; InvalidArgument naming the rule a scale breaks."""
+    given = [name for name in ("scale_a", "scale_b") if name in named]
+    if not given:
+        return None
+    if in_dtype not in scales.FP8:
+        raise InvalidArgument(f"{op}: {given[0]} is given but A is {in_dtype}: scales apply to "
+                              f"fp8 operands ({', '.join(scales.FP8)})")
+    if not matrices:
+        raise InvalidArgument(f"{op}: {given[0]} is given but A or B is 3-D: scaled fp8 "
+                              "products take 2-D A and B")
+    kinds = []
+    for name, operand, rows, cols in (("scale_a", "A", m, k), ("scale_b", "B", k, n)):
+        scale = named.get(name)
+        if scale is None:
+            kinds.append("tensor")
+            continue
+        if scale.dtype != "float32":
+            raise InvalidArgument(f"{op}: {_desc(name, scale)}: scales are float32")
+        kinds.append(scales.granularity(op, name, scale.tensor, operand, rows, cols))
+    return kinds[0], kinds[1]
+
+
+def _scale_tensors(named: dict[str, Adapted], kinds: tuple[str, str], m: int, n: int, k: int,
+                   device: Any) -> tuple[Any, Any]:
+    """The scales as backends take them (see :class:`~multibackend.core.config.Operands`),
+    contiguous; an absent one a 0-d 1."""
+    import torch
+
+    shaped = []
+    for name, kind, shape in (("scale_a", kinds[0], (m, 1)), ("scale_b", kinds[1], (1, n))):
+        if name not in named:
+            shaped.append(torch.ones((), dtype=torch.float32, device=device))
+            continue
+        t = named[name].tensor
+        t = t.reshape(()) if kind == "tensor" else t.reshape(shape) if kind == "row" else t
+        shaped.append(t.contiguous())
+    return shaped[0], shaped[1]
 
 
 def dot_call(x: Any, y: Any, *, acc_dtype: Any = None) -> Call:

@@ -19,7 +19,8 @@ def poison(tensor) -> None:
 
 
 def reference_for(call: Call):
-    """The float64 reference of a call's operands (packed operands unpacked first)."""
+    """The float64 reference of a call's operands (packed operands unpacked first, scaled
+    fp8 ones multiplied by their scales)."""
     p, ops = call.problem, call.operands
     if p.op == "dot":
         return reference.reference_dot(ops.a, ops.b)
@@ -27,6 +28,9 @@ def reference_for(call: Call):
         from multibackend.core import packing
 
         return packing.reference_packed(p, ops.a, ops.b)
+    if p.scales is not None:
+        return reference.reference_matmul(*reference.dequantized(p, ops), ops.c, ops.alpha,
+                                          ops.beta)
     return reference.reference_matmul(ops.a, ops.b, ops.c, ops.alpha, ops.beta)
 
 

@@ -132,6 +132,21 @@ class Reference:
         return tuple(self.value.shape)
 
 
+def dequantized(problem: Problem, operands: Any) -> tuple[Any, Any]:
+    """A and B of a scaled fp8 product (batch of one) in float64, each element multiplied by
+    the scale that covers it: the operands whose exact product the scaled product
+    approximates."""
+    from multibackend.core import scales
+
+    torch = _torch()
+    kinds = problem.scales
+    a = operands.a[0].to(torch.float64) * scales.expanded(
+        operands.scale_a.to(torch.float64), kinds[0], "A", problem.m, problem.k)
+    b = operands.b[0].to(torch.float64) * scales.expanded(
+        operands.scale_b.to(torch.float64), kinds[1], "B", problem.k, problem.n)
+    return a.unsqueeze(0), b.unsqueeze(0)
+
+
 def reference_matmul(a: Any, b: Any, c: Any = None, alpha: float = 1.0,
                      beta: float = 0.0) -> Reference:
     """``alpha * A @ B + beta * C`` in float64 for (batch, rows, cols) torch tensors, and its

@@ -1,0 +1,122 @@
+"""Scaled fp8 products through the public call: ``matmul(A, B, scale_a=..., scale_b=...)`` on
+host arrays (the host backend runs every granularity), checked against the float64 product of
+the operands times their scales; the errors of bad scales; which backends take which scales.
+"""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import multibackend as mb
+from multibackend.choose.registry import REGISTRY
+from multibackend.core import scales
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.problem import synthetic
+
+torch = pytest.importorskip("torch")
+
+M, N, K = 40, 72, 300  # K and N ragged against the 128-wide blocks
+
+
+def _operands(dtype: str = "float8_e4m3fn", seed: int = 3):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen) * torch.logspace(-2, 2, M).unsqueeze(1)
+    w = torch.randn(K, N, generator=gen) * torch.logspace(-1, 1, N)
+    return x, w
+
+
+def _dequantized(values, found, kind, operand):
+    rows, cols = values.shape
+    return values.double() * scales.expanded(found.double(), kind, operand, rows, cols)
+
+
+@pytest.mark.parametrize("kind_a, kind_b", list(itertools.product(scales.GRANULARITIES,
+                                                                  repeat=2)))
+def test_every_granularity_pair_on_the_host_matches_the_scaled_product(kind_a, kind_b):
+    x, w = _operands()
+    qa, sa = mb.quantize(x, kind_a, operand="A")
+    qb, sb = mb.quantize(w, kind_b, operand="B")
+    c = torch.randn(M, N, generator=torch.Generator().manual_seed(9))
+    d = mb.matmul(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb, out_dtype="float32")
+    a64, b64 = _dequantized(qa, sa, kind_a, "A"), _dequantized(qb, sb, kind_b, "B")
+    expected = 0.5 * (a64 @ b64) - 2.0 * c.double()
+    size = 0.5 * (a64.abs() @ b64.abs()) + 2.0 * c.double().abs()
+    assert bool(((d.double() - expected).abs() <= 1e-5 * size).all())
+    report = mb.crosscheck(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb,
+                           out_dtype="float32", time_it=False)
+    assert report.ok, str(report)
+
+
+def test_e5m2_with_a_number_as_a_scale_and_bfloat16_out():
+    x, w = _operands()
+    qa, sa = mb.quantize(x, "row", dtype="float8_e5m2", operand="A")
+    qb = w.to(torch.float8_e5m2)
+    d = mb.matmul(qa, qb, scale_a=sa, scale_b=0.25, out_dtype="bfloat16")
+    expected = _dequantized(qa, sa, "row", "A") @ (qb.double() * 0.25)
+    assert d.dtype == torch.bfloat16
+    torch.testing.assert_close(d.double(), expected, rtol=2**-8, atol=1e-6)
+
+
+def test_a_repeated_call_reads_the_scales_it_is_given():
+    """No remembered plan replays the first call's scales: doubling them doubles D."""
+    x, w = _operands()
+    qa, sa = mb.quantize(x, "tensor", operand="A")
+    qb, sb = mb.quantize(w, "row", operand="B")
+    first = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32")
+    again = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32")
+    doubled = mb.matmul(qa, qb, scale_a=sa * 2, scale_b=sb, out_dtype="float32")
+    assert torch.equal(again, first) and torch.equal(doubled, first * 2)
+
+
+@pytest.mark.parametrize("arguments, words", [
+    ({"scale_a": torch.ones(M, 7)}, r"scale_a is \(40, 7\) but A is \(40, 300\): scale_a must "
+                                    r"be a scalar \(tensor-wise\), \(40,\) or \(40, 1\)"),
+    ({"scale_b": torch.ones(N, 1)}, r"scale_b is \(72, 1\) but B is \(300, 72\)"),
+    ({"scale_a": torch.ones(M, dtype=torch.float64)}, "scale_a is .* float64: scales are "
+                                                      "float32"),
+])
+def test_a_bad_scale_is_named_with_the_rule(arguments, words):
+    qa = torch.ones(M, K).to(torch.float8_e4m3fn)
+    qb = torch.ones(K, N).to(torch.float8_e4m3fn)
+    with pytest.raises(InvalidArgument, match=words):
+        mb.matmul(qa, qb, **arguments)
+
+
+def test_scales_apply_to_fp8_operands_only():
+    with pytest.raises(InvalidArgument, match="scale_a is given but A is float16: scales apply "
+                                              "to fp8 operands"):
+        mb.matmul(torch.ones(4, 4, dtype=torch.float16), torch.ones(4, 4, dtype=torch.float16),
+                  scale_a=torch.ones(()))
+
+
+def test_scaled_products_take_2d_operands():
+    qa = torch.ones(2, 8, 16).to(torch.float8_e4m3fn)
+    qb = torch.ones(16, 8).to(torch.float8_e4m3fn)
+    with pytest.raises(InvalidArgument, match="A or B is 3-D: scaled fp8 products take 2-D"):
+        mb.matmul(qa, qb, scale_b=torch.ones(()))
+
+
+@pytest.mark.parametrize("kinds, out, accepts", [
+    (("tensor", "tensor"), "float32", {"cublas"}),
+    (("row", "row"), "bfloat16", {"cublas"}),
+    (("row", "row"), "float32", set()),  # torch._scaled_mm scales rows into bfloat16 only
+    (("block", "block"), "bfloat16", set()),
+    (("tensor", "row"), "bfloat16", set()),
+])
+def test_which_gpu_backends_take_which_scales(kinds, out, accepts):
+    """On an sm_90 problem (checked from its numbers: no GPU needed), cuBLAS takes tensor-
+    and row-wise pairs; Triton and CUTLASS, which multiply fp8, refuse scales with the rule
+    that says so (raw WMMA has no fp8 kernel)."""
+    problem = synthetic(256, 512, 1024, "float8_e4m3fn", b_layout="col", out_dtype=out,
+                        cc=(9, 0)).with_(scales=kinds)
+    taken = set()
+    for name in ("cublas", "triton", "raw_wmma", "cutlass"):
+        reason = REGISTRY.get(name).capability.check(problem)
+        if reason is None:
+            taken.add(name)
+        else:
+            assert reason.rule == ("dtype" if name == "raw_wmma" else "scales"), str(reason)
+            assert name == "raw_wmma" or f"A {kinds[0]}-wise with B {kinds[1]}-wise" in \
+                reason.message or (name == "cublas" and "bfloat16" in reason.message)
+    assert taken == accepts

@@ -1,0 +1,52 @@
+"""GPU tier of scaled fp8 products: cuBLAS (``torch._scaled_mm``) with tensor- and row-wise
+scales against the float64 product of the operands times their scales, through ``auto`` and
+by name; block-wise scales, which no GPU backend takes yet, refused with the rule."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import multibackend as mb
+from multibackend.core import scales
+
+pytestmark = pytest.mark.gpu
+
+M, N, K = 256, 384, 1024
+
+
+def _quantized(kind_a: str, kind_b: str, seed: int):
+    """e4m3 A (row-major) and B (column-major), quantized from magnitudes spread over four
+    decades, with their scales."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(M, K, generator=gen, device="cuda") * torch.logspace(
+        -2, 2, M, device="cuda").unsqueeze(1)
+    w = torch.randn(N, K, generator=gen, device="cuda")
+    qa, sa = mb.quantize(x, kind_a, operand="A")
+    qw, sw = mb.quantize(w.T, kind_b, operand="B")
+    return qa, qw.T.contiguous().T, sa, sw
+
+
+@pytest.mark.parametrize("backend", ["auto", "cublas"])
+@pytest.mark.parametrize("kinds, out", [(("tensor", "tensor"), "float32"),
+                                        (("tensor", "tensor"), "bfloat16"),
+                                        (("row", "row"), "bfloat16")])
+def test_cublas_applies_the_scales(backend, kinds, out):
+    qa, qb, sa, sb = _quantized(*kinds, seed=11)
+    assert mb.explain(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out).backend == "cublas"
+    d = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out, backend=backend)
+    a64 = qa.double() * scales.expanded(sa.double(), kinds[0], "A", M, K)
+    b64 = qb.double() * scales.expanded(sb.double(), kinds[1], "B", K, N)
+    expected, size = a64 @ b64, a64.abs() @ b64.abs()
+    unit = 2.0**-8 if out == "bfloat16" else 2.0**-23  # D rounded once, float32 sums
+    bound = unit * expected.abs() + 1e-5 * size
+    assert bool(((d.double() - expected).abs() <= bound).all())
+    report = mb.crosscheck(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out, time_it=False,
+                           backends=("cublas",))
+    assert report.ok, str(report)
+
+
+def test_block_scales_on_the_gpu_are_refused_naming_the_rule():
+    qa, qb, sa, sb = _quantized("block", "block", seed=12)
+    with pytest.raises(mb.UnsupportedProblem, match="rule: scales"):
+        mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
