@@ -145,8 +145,12 @@ def _scaled(A: Any, B: Any, C: Any, *, backend: str | None, config: Any, autotun
         raise InvalidArgument("matmul: scale_a or scale_b under torch.compile: scaled fp8 "
                               "products are not traced by torch.compile; call matmul outside "
                               "the compiled region")
-    return _dispatch_and_run(matmul_call(A, B, C, **arguments), backend, config,
-                             autotune=autotune)
+    call = matmul_call(A, B, C, **arguments)
+    if call.device.type == "cuda" and capturing(call.kind, call.device):
+        raise CaptureError("matmul: a scaled fp8 product while a CUDA graph is being captured: "
+                           "every scaled call validates and decides anew (no plan is kept for "
+                           "one), which cannot be captured; run it outside the capture")
+    return _dispatch_and_run(call, backend, config, autotune=autotune)
 
 
 def _at_defaults(alpha: Any, beta: Any, out_dtype: Any, acc_dtype: Any, precision: Any,

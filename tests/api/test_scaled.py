@@ -70,11 +70,10 @@ def test_a_repeated_call_reads_the_scales_it_is_given():
 
 
 @pytest.mark.parametrize("arguments, words", [
-    ({"scale_a": torch.ones(M, 7)}, r"scale_a is \(40, 7\) but A is \(40, 300\): scale_a must "
-                                    r"be a scalar \(tensor-wise\), \(40,\) or \(40, 1\)"),
+    ({"scale_a": torch.ones(M, 7)}, (r"scale_a is \(40, 7\) but A is \(40, 300\): scale_a "
+                                     r"must be a scalar \(tensor-wise\), \(40,\) or \(40, 1\)")),
     ({"scale_b": torch.ones(N, 1)}, r"scale_b is \(72, 1\) but B is \(300, 72\)"),
-    ({"scale_a": torch.ones(M, dtype=torch.float64)}, "scale_a is .* float64: scales are "
-                                                      "float32"),
+    ({"scale_a": torch.ones(M, dtype=torch.float64)}, "scale_a is .* float64: scales are float32"),
 ])
 def test_a_bad_scale_is_named_with_the_rule(arguments, words):
     qa = torch.ones(M, K).to(torch.float8_e4m3fn)
@@ -120,3 +119,12 @@ def test_which_gpu_backends_take_which_scales(kinds, out, accepts):
             assert name == "raw_wmma" or f"A {kinds[0]}-wise with B {kinds[1]}-wise" in \
                 reason.message or (name == "cublas" and "bfloat16" in reason.message)
     assert taken == accepts
+
+
+def test_a_scaled_call_under_torch_compile_is_refused_naming_why(monkeypatch):
+    from multibackend import eager
+
+    monkeypatch.setattr(eager, "_compiling", lambda: True)
+    qa = torch.ones(16, 16).to(torch.float8_e4m3fn)
+    with pytest.raises(InvalidArgument, match="not traced by torch.compile"):
+        mb.matmul(qa, qa, scale_a=torch.ones(()))

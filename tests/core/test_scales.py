@@ -27,10 +27,10 @@ def test_each_shape_names_its_granularity(operand, rows, cols, shape, kind):
 
 
 @pytest.mark.parametrize("operand, shape, words", [
-    ("A", (300, 64), r"scale_a must be a scalar \(tensor-wise\), \(64,\) or \(64, 1\) \(one per "
-                     r"row of A\), or \(64, 3\) \(one per row and 128 elements of K\)"),
-    ("B", (200, 300), r"\(200,\) or \(1, 200\) \(one per column of B\), or \(3, 2\) \(one per "
-                      r"128 x 128 tile of B\)"),
+    ("A", (300, 64), (r"scale_a must be a scalar \(tensor-wise\), \(64,\) or \(64, 1\) \(one "
+                      r"per row of A\), or \(64, 3\) \(one per row and 128 elements of K\)")),
+    ("B", (200, 300), (r"\(200,\) or \(1, 200\) \(one per column of B\), or \(3, 2\) \(one "
+                       r"per 128 x 128 tile of B\)")),
 ])
 def test_a_scale_of_no_granularity_is_named_with_the_shapes_it_could_have(operand, shape, words):
     rows, cols = (64, 300) if operand == "A" else (300, 200)

@@ -50,3 +50,12 @@ def test_block_scales_on_the_gpu_are_refused_naming_the_rule():
     qa, qb, sa, sb = _quantized("block", "block", seed=12)
     with pytest.raises(mb.UnsupportedProblem, match="rule: scales"):
         mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
+
+
+def test_a_scaled_call_inside_a_capture_says_it_cannot_be_captured():
+    qa, qb, sa, sb = _quantized("tensor", "tensor", seed=13)
+    mb.matmul(qa, qb, scale_a=sa, scale_b=sb)  # a first call outside does not make it one
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(mb.CaptureError, match="scaled fp8 product while a CUDA graph"), \
+            torch.cuda.graph(graph):
+        mb.matmul(qa, qb, scale_a=sa, scale_b=sb)
