@@ -106,8 +106,10 @@ def _capability() -> Capability:
         DtypeRule("float32", accs=("float32",), outs=("float32",), ops=("dot",)),
         DtypeRule("float64", accs=("float64",), outs=("float64",), ops=("dot",)),
     )
+    every = ("tensor", "row", "block")
     return Capability("triton", rules, batched=True, saturate=False,
-                      extra_checks=(_accumulator_rule, _batch_rule))
+                      extra_checks=(_accumulator_rule, _batch_rule),
+                      scales=tuple((a, b) for a in every for b in every))
 
 
 def _accumulator_rule(problem: Problem) -> tuple[str, str] | None:
@@ -191,6 +193,12 @@ class TritonBackend(SplitKLaunches, Backend):
             return self.configs(folded)
         if problem.op == "dot":
             return [DotConfig(DOT_BLOCK, DOT_WARPS).config()]
+        if problem.scales is not None:  # the scaled kernel: the pointer tiles that fit it
+            from multibackend.backends.triton import scaled
+
+            tiles = [INTERPRETER_TILE] if interpreting() else POINTER_TILES[1]
+            offered = [pointer_tile(t) for t in tiles]
+            return [c for c in offered if scaled.config_fault(problem, c) is None]
         if interpreting():
             split = ([splitk_tile(*INTERPRETER_SPLITK, fused=True),
                       splitk_tile(*INTERPRETER_SPLITK)] if splitk_eligible(problem) else [])
@@ -219,6 +227,10 @@ class TritonBackend(SplitKLaunches, Backend):
         problem = folded_batch(problem) or problem
         if interpreting() and problem.cc is None:
             problem = problem.with_(cc=(9, 0))
+        if problem.scales is not None:
+            from multibackend.backends.triton import scaled
+
+            return config_fault(problem, config) or scaled.config_fault(problem, config)
         return config_fault(problem, config)
 
     # -- matmul -------------------------------------------------------------------------
@@ -315,7 +327,11 @@ class TritonBackend(SplitKLaunches, Backend):
     # -- split-K ----------------------------------------------------------------------------
     def _launch(self, problem: Problem, ops: Operands, config: Config) -> None:
         tile = tile_of(config)
-        if staging.is_staged(config):
+        if problem.scales is not None:
+            from multibackend.backends.triton import scaled
+
+            scaled.launch(problem, ops, config)
+        elif staging.is_staged(config):
             staging.run(problem, ops, config, self._launch)
         elif tile.kind == "splitk" and tile.fused:
             self._launch_splitk_fused(problem, ops, config)

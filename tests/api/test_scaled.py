@@ -1,6 +1,7 @@
 """Scaled fp8 products through the public call: ``matmul(A, B, scale_a=..., scale_b=...)`` on
-host arrays (the host backend runs every granularity), checked against the float64 product of
-the operands times their scales; the errors of bad scales; which backends take which scales.
+host arrays, run by the host backend and by Triton's scaled kernel in Triton's interpreter (every
+granularity pair), checked against the float64 product of the operands times their scales; the
+errors of bad scales; which backends take which scales.
 """
 from __future__ import annotations
 
@@ -31,20 +32,34 @@ def _dequantized(values, found, kind, operand):
     return values.double() * scales.expanded(found.double(), kind, operand, rows, cols)
 
 
+def _interpreting() -> bool:
+    from multibackend.backends.triton.configs import interpreting
+
+    return interpreting()
+
+
+@pytest.mark.parametrize("backend", ["host", "triton"])
 @pytest.mark.parametrize("kind_a, kind_b", list(itertools.product(scales.GRANULARITIES,
                                                                   repeat=2)))
-def test_every_granularity_pair_on_the_host_matches_the_scaled_product(kind_a, kind_b):
+def test_every_granularity_pair_on_the_host_matches_the_scaled_product(kind_a, kind_b, backend):
+    """Block-wise scales differ from block to block along K (300: two whole blocks and a
+    ragged one), so a kernel that applied one block's scale to another's sums fails."""
+    if backend == "triton" and not _interpreting():
+        pytest.skip("Triton runs host arrays in its interpreter only (TRITON_INTERPRET=1)")
     x, w = _operands()
+    x[:, 128:256] *= 50  # scales of the second block of K far from the first's
+    w[256:] *= 0.01
     qa, sa = mb.quantize(x, kind_a, operand="A")
     qb, sb = mb.quantize(w, kind_b, operand="B")
     c = torch.randn(M, N, generator=torch.Generator().manual_seed(9))
-    d = mb.matmul(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb, out_dtype="float32")
+    d = mb.matmul(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb, out_dtype="float32",
+                  backend=backend)
     a64, b64 = _dequantized(qa, sa, kind_a, "A"), _dequantized(qb, sb, kind_b, "B")
     expected = 0.5 * (a64 @ b64) - 2.0 * c.double()
     size = 0.5 * (a64.abs() @ b64.abs()) + 2.0 * c.double().abs()
     assert bool(((d.double() - expected).abs() <= 1e-5 * size).all())
     report = mb.crosscheck(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb,
-                           out_dtype="float32", time_it=False)
+                           out_dtype="float32", time_it=False, backends=(backend,))
     assert report.ok, str(report)
 
 
@@ -52,10 +67,11 @@ def test_e5m2_with_a_number_as_a_scale_and_bfloat16_out():
     x, w = _operands()
     qa, sa = mb.quantize(x, "row", dtype="float8_e5m2", operand="A")
     qb = w.to(torch.float8_e5m2)
-    d = mb.matmul(qa, qb, scale_a=sa, scale_b=0.25, out_dtype="bfloat16")
-    expected = _dequantized(qa, sa, "row", "A") @ (qb.double() * 0.25)
-    assert d.dtype == torch.bfloat16
-    torch.testing.assert_close(d.double(), expected, rtol=2**-8, atol=1e-6)
+    d = mb.matmul(qa, qb, scale_a=sa, scale_b=0.25, out_dtype="bfloat16", backend="host")
+    a64, b64 = _dequantized(qa, sa, "row", "A"), qb.double() * 0.25
+    expected, size = a64 @ b64, a64.abs() @ b64.abs()
+    assert d.dtype == torch.bfloat16  # rounded once (unit roundoff 2**-8), float32 sums
+    assert bool(((d.double() - expected).abs() <= 2**-8 * expected.abs() + 1e-5 * size).all())
 
 
 def test_a_repeated_call_reads_the_scales_it_is_given():
@@ -97,16 +113,16 @@ def test_scaled_products_take_2d_operands():
 
 
 @pytest.mark.parametrize("kinds, out, accepts", [
-    (("tensor", "tensor"), "float32", {"cublas"}),
-    (("row", "row"), "bfloat16", {"cublas"}),
-    (("row", "row"), "float32", set()),  # torch._scaled_mm scales rows into bfloat16 only
-    (("block", "block"), "bfloat16", set()),
-    (("tensor", "row"), "bfloat16", set()),
+    (("tensor", "tensor"), "float32", {"cublas", "triton"}),
+    (("row", "row"), "bfloat16", {"cublas", "triton"}),
+    (("row", "row"), "float32", {"triton"}),  # torch._scaled_mm scales rows into bf16 only
+    (("block", "block"), "bfloat16", {"triton"}),
+    (("tensor", "row"), "bfloat16", {"triton"}),
 ])
 def test_which_gpu_backends_take_which_scales(kinds, out, accepts):
     """On an sm_90 problem (checked from its numbers: no GPU needed), cuBLAS takes tensor-
-    and row-wise pairs; Triton and CUTLASS, which multiply fp8, refuse scales with the rule
-    that says so (raw WMMA has no fp8 kernel)."""
+    and row-wise pairs, Triton every pair; CUTLASS, which multiplies fp8, refuses scales with
+    the rule that says so (raw WMMA has no fp8 kernel)."""
     problem = synthetic(256, 512, 1024, "float8_e4m3fn", b_layout="col", out_dtype=out,
                         cc=(9, 0)).with_(scales=kinds)
     taken = set()
@@ -128,3 +144,17 @@ def test_a_scaled_call_under_torch_compile_is_refused_naming_why(monkeypatch):
     qa = torch.ones(16, 16).to(torch.float8_e4m3fn)
     with pytest.raises(InvalidArgument, match="not traced by torch.compile"):
         mb.matmul(qa, qa, scale_a=torch.ones(()))
+
+
+def test_triton_offers_for_block_scales_only_tiles_whose_steps_lie_in_one_block():
+    from multibackend.backends.triton.configs import pointer_tile
+    from multibackend.backends.triton.scaled import config_fault
+
+    problem = synthetic(256, 512, 1024, "float8_e4m3fn", b_layout="col", cc=(9, 0)).with_(
+        scales=("block", "tensor"))
+    assert "BLOCK_K 96: block-wise scales need a BLOCK_K dividing 128" in config_fault(
+        problem, pointer_tile((64, 64, 96, 4, 3, 8)))
+    assert config_fault(problem.with_(scales=("row", "row")),
+                        pointer_tile((64, 64, 96, 4, 3, 8))) is None
+    offered = REGISTRY.get("triton").configs(problem)
+    assert offered and all(config_fault(problem, c) is None for c in offered)

@@ -1,6 +1,7 @@
-"""GPU tier of scaled fp8 products: cuBLAS (``torch._scaled_mm``) with tensor- and row-wise
-scales against the float64 product of the operands times their scales, through ``auto`` and
-by name; block-wise scales, which no GPU backend takes yet, refused with the rule."""
+"""GPU tier of scaled fp8 products against the float64 product of the operands times their
+scales: cuBLAS (``torch._scaled_mm``) with tensor- and row-wise scales, through ``auto`` and by
+name; Triton's scaled kernel with every pair of granularities (block-wise through ``auto``,
+which cuBLAS cannot take)."""
 from __future__ import annotations
 
 import pytest
@@ -27,6 +28,15 @@ def _quantized(kind_a: str, kind_b: str, seed: int):
     return qa, qw.T.contiguous().T, sa, sw
 
 
+def _check(d, qa, qb, sa, sb, kinds, out):
+    a64 = qa.double() * scales.expanded(sa.double(), kinds[0], "A", M, K)
+    b64 = qb.double() * scales.expanded(sb.double(), kinds[1], "B", K, N)
+    expected, size = a64 @ b64, a64.abs() @ b64.abs()
+    unit = 2.0**-8 if out == "bfloat16" else 2.0**-24  # D rounded once, float32 sums
+    bound = unit * expected.abs() + 1e-5 * size
+    assert bool(((d.double() - expected).abs() <= bound).all())
+
+
 @pytest.mark.parametrize("backend", ["auto", "cublas"])
 @pytest.mark.parametrize("kinds, out", [(("tensor", "tensor"), "float32"),
                                         (("tensor", "tensor"), "bfloat16"),
@@ -35,25 +45,30 @@ def test_cublas_applies_the_scales(backend, kinds, out):
     qa, qb, sa, sb = _quantized(*kinds, seed=11)
     assert mb.explain(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out).backend == "cublas"
     d = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out, backend=backend)
-    a64 = qa.double() * scales.expanded(sa.double(), kinds[0], "A", M, K)
-    b64 = qb.double() * scales.expanded(sb.double(), kinds[1], "B", K, N)
-    expected, size = a64 @ b64, a64.abs() @ b64.abs()
-    unit = 2.0**-8 if out == "bfloat16" else 2.0**-23  # D rounded once, float32 sums
-    bound = unit * expected.abs() + 1e-5 * size
-    assert bool(((d.double() - expected).abs() <= bound).all())
+    _check(d, qa, qb, sa, sb, kinds, out)
     report = mb.crosscheck(qa, qb, scale_a=sa, scale_b=sb, out_dtype=out, time_it=False,
                            backends=("cublas",))
     assert report.ok, str(report)
 
 
-def test_block_scales_on_the_gpu_are_refused_naming_the_rule():
-    qa, qb, sa, sb = _quantized("block", "block", seed=12)
-    with pytest.raises(mb.UnsupportedProblem, match="rule: scales"):
-        mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
+@pytest.mark.parametrize("kinds", [(a, b) for a in scales.GRANULARITIES
+                                   for b in scales.GRANULARITIES])
+def test_triton_applies_every_pair_of_scales(kinds):
+    qa, qb, sa, sb = _quantized(*kinds, seed=12)
+    d = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16", backend="triton")
+    _check(d, qa, qb, sa, sb, kinds, "bfloat16")
+
+
+def test_block_scales_go_to_triton_through_auto():
+    qa, qb, sa, sb = _quantized("block", "block", seed=13)
+    decision = mb.explain(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
+    assert decision.backend == "triton", str(decision)
+    d = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
+    _check(d, qa, qb, sa, sb, ("block", "block"), "bfloat16")
 
 
 def test_a_scaled_call_inside_a_capture_says_it_cannot_be_captured():
-    qa, qb, sa, sb = _quantized("tensor", "tensor", seed=13)
+    qa, qb, sa, sb = _quantized("tensor", "tensor", seed=14)
     mb.matmul(qa, qb, scale_a=sa, scale_b=sb)  # a first call outside does not make it one
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(mb.CaptureError, match="scaled fp8 product while a CUDA graph"), \
