@@ -211,6 +211,15 @@ def test_pointer_gemm_compiles_to_wgmma_for_sm90(dtype):
     assert info["target"] and info["wgmma"] > 0 and info["mma_sync"] == 0, info
 
 
+@pytest.mark.parametrize("mode", ["epilogue", "block"])
+def test_scaled_fp8_kernel_compiles_to_e4m3_wgmma_for_sm90(mode):
+    """The scaled kernel's fp8 products on Hopper's fp8 warpgroup MMA, per tile (scales on the
+    sums) and per K step (block-wise scales on each step's partial sums), in shared memory."""
+    info = _aot("scaled", mode)
+    assert info["target"] and info["wgmma_e4m3"] > 0 and info["mma_sync"] == 0, info
+    assert info["wgmma_e4m3"] == info["wgmma"] and 0 < info["shared"] <= 232448, info
+
+
 def test_float32_precision_modes_reach_the_tensor_cores_as_asked():
     """float32 operands as the backend launches them: "ieee" on no tensor core (the
     interpreter ignores the mode, so only the compiled kernel tells), "tf32" on tf32 wgmma,

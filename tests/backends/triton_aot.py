@@ -5,6 +5,7 @@ the rest of the CPU tier uses must not be set when kernels are compiled for real
     python tests/backends/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
         pointer_{a|b}_{row|col}_8s_{unit|plain}} {float16|bfloat16}
     python tests/backends/triton_aot.py float32 {ieee|tf32|tf32x3}
+    python tests/backends/triton_aot.py scaled {epilogue|block}
 """
 from __future__ import annotations
 
@@ -122,6 +123,29 @@ def tma_tiles_shared(dtype: str) -> dict:
         for tile in TMA_TILES}}
 
 
+def compile_scaled(mode: str):
+    """The scaled fp8 kernel (e4m3, A row-major, B column-major, D bfloat16) in the GPU's
+    default scaled tile, its scales applied once per tile (``mode`` "epilogue": tensor- or
+    row-wise) or to each K step's partial sums ("block")."""
+    from multibackend.backends.triton import scaled
+
+    fn = scaled.matmul_scaled_kernel
+    consts = dict(stride_ak=1, stride_bk=1, stride_dn=1, BLOCK_M=128, BLOCK_N=256, BLOCK_K=128,
+                  GROUP_M=8, ACC=tl.float32, INPUT_PRECISION="ieee", EVEN_K=True,
+                  UPCAST=False, WIDE_K=False, HAS_C=False, SCALE=False,
+                  PER_STEP=mode == "block", SB_COLUMNS=128 if mode == "block" else 1,
+                  SCALE_BLOCK=128)
+    types = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e4nv", "c_ptr": "*bf16", "d_ptr": "*bf16",
+             "sa_ptr": "*fp32", "sb_ptr": "*fp32", "alpha": "fp32", "beta": "fp32"}
+    args = [(name, types.get(name, "i32")) for name in fn.arg_names if name not in consts]
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name, kind in args
+               if kind == "i32" or name in ("a_ptr", "b_ptr", "d_ptr")}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": 8, "num_stages": 3})
+
+
 def compile_dot(dtype: str):
     t = f"*{TYPES[dtype]}"
     args = [("x_ptr", t), ("y_ptr", t), ("partial_ptr", "*fp32"), ("n", "i32")]
@@ -139,6 +163,7 @@ def main() -> None:
         print(json.dumps(tma_tiles_shared(dtype)))
         return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
+                "scaled": compile_scaled,
                 "float32": lambda precision: compile_pointer("float32", precision),
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
@@ -154,6 +179,7 @@ def main() -> None:
         "target": ".target sm_90a" in ptx or ".target sm_90" in ptx,
         "wgmma": ptx.count("wgmma.mma_async"),
         "wgmma_tf32": ptx.count(".tf32.tf32"),
+        "wgmma_e4m3": ptx.count(".e4m3.e4m3"),
         "mma_sync": ptx.count("mma.sync"),
         "tma_load": ptx.count("cp.async.bulk.tensor.2d.shared"),
         "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
