@@ -12,6 +12,7 @@ from multibackend import first_call
 from multibackend.choose import store
 from multibackend.choose.dispatch import Decision, decide, shape_free
 from multibackend.choose.registry import REGISTRY
+from multibackend.core import scales
 from multibackend.core.errors import (
     CaptureError,
     InvalidArgument,
@@ -137,20 +138,65 @@ def _matmul(A: Any, B: Any, C: Any = None, *, alpha: Any = 1.0, beta: Any = None
 
 def _scaled(A: Any, B: Any, C: Any, *, backend: str | None, config: Any, autotune: Any,
             **arguments: Any) -> Any:
-    """A scaled fp8 product: validated, decided and run on every call. No plan is remembered
-    for it (a plan's key would hold the scale tensors, and its launch take only A, B, C and
-    out), so a repeated call pays the full path's host time, and one cannot be captured in a
-    CUDA graph."""
+    """A scaled fp8 product. A repeated one (scales given as torch tensors) runs its
+    remembered plan, with the scales of this call: the plan's key holds what validation read
+    of them (dtype, shape, device), never the tensors, so each call's scales are read as they
+    are (made contiguous where they are not). A first one validates, decides and runs; it cannot be made
+    while a CUDA graph is being captured."""
     if _compiling():
         raise InvalidArgument("matmul: scale_a or scale_b under torch.compile: scaled fp8 "
                               "products are not traced by torch.compile; call matmul outside "
                               "the compiled region")
+    found = _scaled_plan(A, B, C, arguments, backend, config, autotune)
+    plan_key = None
+    if found is not None:
+        plan_key, tensors, plan = found
+        if plan is not None:
+            p = plan.problem
+            given = [arguments["scale_a"], arguments["scale_b"]]
+            for i, (operand, rows, cols) in enumerate((("A", p.m, p.k), ("B", p.k, p.n))):
+                given[i] = (sys.modules["torch"].ones((), device=tensors[0].device)
+                            if given[i] is None else
+                            scales.canonical(given[i], p.scales[i], operand, rows, cols))
+            if tensors[3] is not None:
+                plan.check_out("matmul", tensors)
+                plan.run(tensors, scales=tuple(given))
+                return arguments["out"]
+            return plan.run(tensors, scales=tuple(given))
     call = matmul_call(A, B, C, **arguments)
     if call.device.type == "cuda" and capturing(call.kind, call.device):
-        raise CaptureError("matmul: a scaled fp8 product while a CUDA graph is being captured: "
-                           "every scaled call validates and decides anew (no plan is kept for "
-                           "one), which cannot be captured; run it outside the capture")
-    return _dispatch_and_run(call, backend, config, autotune=autotune)
+        raise CaptureError(f"matmul: first call for {call.problem.describe()} while a CUDA "
+                           "graph is being captured: a first call validates, dispatches and "
+                           "compiles, none of which can be captured; call it once with the "
+                           "same arguments (scales of the same shapes) before capturing")
+    return _dispatch_and_run(call, backend, config, (plan_key, None), autotune=autotune)
+
+
+def _scaled_plan(A: Any, B: Any, C: Any, arguments: dict, backend: Any, config: Any,
+                 autotune: Any) -> tuple | None:
+    """(the plan key of a scaled call, its arrays as torch tensors, the plan remembered under
+    it or None), or None where it can have no plan: scales that are not torch tensors,
+    alpha or beta of other types than Python int and float, arrays the plans do not take,
+    unhashable options."""
+    torch = sys.modules.get("torch")
+    alpha, beta = arguments["alpha"], arguments["beta"]
+    given = (arguments["scale_a"], arguments["scale_b"])
+    if torch is None or type(alpha) not in _PLAIN_SCALARS or type(beta) not in _PLAIN_SCALARS \
+            or any(s is not None and type(s) is not torch.Tensor for s in given):
+        return None
+    adapted = plans.as_tensors((A, B, C, arguments["out"]))
+    if adapted is None:
+        return None
+    kind, tensors = adapted
+    options = ("matmul:scaled", alpha, beta, arguments["out_dtype"], arguments["acc_dtype"],
+               arguments["precision"], arguments["saturate"], arguments["packed"], backend,
+               config, autotune, type(alpha), type(beta))
+    read = tuple(None if s is None else (s.dtype, s.shape, s.get_device()) for s in given)
+    try:
+        plan_key = (plans.key(kind, tensors, options), read)
+        return plan_key, tensors, plans.lookup(plan_key)
+    except (TypeError, RuntimeError):  # an unhashable option; a tensor without storage
+        return None
 
 
 def _at_defaults(alpha: Any, beta: Any, out_dtype: Any, acc_dtype: Any, precision: Any,

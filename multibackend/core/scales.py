@@ -58,6 +58,16 @@ def granularity(op: str, name: str, scale: Any, operand: str, rows: int, cols: i
         f"{offered['block'][0]} ({words[1]})")
 
 
+def canonical(scale: Any, kind: str, operand: str, rows: int, cols: int) -> Any:
+    """``scale`` (a torch tensor of granularity ``kind``) as the backends take it,
+    contiguous: tensor-wise 0-d, A's row-wise (rows, 1), B's (1, cols), block-wise as given."""
+    if kind == "tensor":
+        scale = scale.reshape(())
+    elif kind == "row":
+        scale = scale.reshape((rows, 1) if operand == "A" else (1, cols))
+    return scale.contiguous()
+
+
 def expanded(scale: Any, kind: str, operand: str, rows: int, cols: int) -> Any:
     """``scale`` (of granularity ``kind``) repeated over every element of ``operand``'s
     ``rows`` x ``cols``: the factor each element is multiplied by."""

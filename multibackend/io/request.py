@@ -309,18 +309,17 @@ def _scale_kinds(op: str, named: dict[str, Adapted], in_dtype: str, matrices: bo
 
 def _scale_tensors(named: dict[str, Adapted], kinds: tuple[str, str], m: int, n: int, k: int,
                    device: Any) -> tuple[Any, Any]:
-    """The scales as backends take them (see :class:`~multibackend.core.config.Operands`),
-    contiguous; an absent one a 0-d 1."""
+    """The scales as backends take them (:func:`multibackend.core.scales.canonical`); an
+    absent one a 0-d 1."""
     import torch
 
     shaped = []
-    for name, kind, shape in (("scale_a", kinds[0], (m, 1)), ("scale_b", kinds[1], (1, n))):
+    for name, kind, operand, rows, cols in (("scale_a", kinds[0], "A", m, k),
+                                            ("scale_b", kinds[1], "B", k, n)):
         if name not in named:
             shaped.append(torch.ones((), dtype=torch.float32, device=device))
-            continue
-        t = named[name].tensor
-        t = t.reshape(()) if kind == "tensor" else t.reshape(shape) if kind == "row" else t
-        shaped.append(t.contiguous())
+        else:
+            shaped.append(scales.canonical(named[name].tensor, kind, operand, rows, cols))
     return shaped[0], shaped[1]
 
 

@@ -90,7 +90,9 @@ class Plan:
                    produce=backend.produce(problem, decision.config, alpha, beta, kind,
                                            squeeze) if direct else None)
 
-    def run(self, tensors: tuple) -> Any:
+    def run(self, tensors: tuple, scales: tuple | None = None) -> Any:
+        """D for the arrays ``tensors`` (A, B, C, out); ``scales``: a scaled product's two
+        scales, as the backends take them."""
         if self.produce is not None and self.kind == "torch" and tensors[3] is None:
             # torch's stream, the device
             if self.problem.has_c:
@@ -100,10 +102,10 @@ class Plan:
         device = a.device
         stream = caller_stream(self.kind, device)
         if is_current(stream, device):
-            d = self._launch(tensors, stream, device)
+            d = self._launch(tensors, stream, device, scales)
         else:  # the caller's stream (and device) current while D is allocated and run
             with on_stream(stream, device):
-                d = self._launch(tensors, stream, device)
+                d = self._launch(tensors, stream, device, scales)
         return d if tensors[3] is not None else to_kind(d, self.kind)  # out: the caller's
 
     def _hand_over(self, a: Any, b: Any, ops: Operands) -> None:
@@ -117,11 +119,21 @@ class Plan:
         else:
             hand_over_native_arrays(self.front, a, b, launch)
 
-    def _launch(self, tensors: tuple, stream: int, device: Any) -> Any:
+    def _launch(self, tensors: tuple, stream: int, device: Any,
+                scales: tuple | None = None) -> Any:
         """Make D, run the backend, and return D in the caller's shape."""
         torch = sys.modules["torch"]
         p = self.problem
         a, b, c, out = tensors
+        if p.scales is not None:  # 2-D A and B; the scales go with every run, nothing bound
+            d = out if out is not None else torch.empty((p.m, p.n), dtype=self.d_dtype,
+                                                        device=device)
+            ops = Operands(a.unsqueeze(0), b.unsqueeze(0),
+                           batched(c, 1) if p.has_c else None, d.view(1, p.m, p.n),
+                           self.alpha, self.beta, stream, scale_a=scales[0],
+                           scale_b=scales[1])
+            self.backend.run(p, ops, self.decision.config)
+            return d
         if p.op == "dot":
             d = torch.empty((1,), dtype=self.d_dtype, device=device)
             ops = Operands(a, b, None, d, stream=stream)

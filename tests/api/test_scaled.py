@@ -158,3 +158,31 @@ def test_triton_offers_for_block_scales_only_tiles_whose_steps_lie_in_one_block(
                         pointer_tile((64, 64, 96, 4, 3, 8))) is None
     offered = REGISTRY.get("triton").configs(problem)
     assert offered and all(config_fault(problem, c) is None for c in offered)
+
+
+def test_a_repeated_scaled_call_runs_its_plan_with_the_scales_it_is_given(monkeypatch):
+    """The second call with scales of the same shapes is not validated again (its plan runs),
+    yet reads its own scales; scales of another granularity make a new plan; an ``out`` is
+    written and answered."""
+    from multibackend import eager
+
+    x, w = _operands()
+    qa, sa = mb.quantize(x, "block", operand="A")
+    qb, sb = mb.quantize(w, "row", operand="B")
+    first = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32")
+    validated = []
+    real = eager.matmul_call
+    monkeypatch.setattr(eager, "matmul_call", lambda *a, **k: validated.append(1) or real(*a, **k))
+    halved = mb.matmul(qa, qb, scale_a=sa / 2, scale_b=sb.clone(), out_dtype="float32")
+    assert validated == [] and torch.equal(halved, first / 2)
+    out = torch.full((M, N), float("nan"))
+    assert mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32", out=out) is out
+    assert torch.equal(out, first)
+    again = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32", out=out)
+    assert again is out and len(validated) == 1  # the call with out planned once
+    tensor_wise = mb.matmul(qa, qb, scale_a=sa.amax(), scale_b=sb, out_dtype="float32")
+    assert len(validated) == 2
+    a64 = qa.double() * float(sa.amax())
+    expected = a64 @ (qb.double() * sb.double())
+    assert bool(((tensor_wise.double() - expected).abs()
+                 <= 1e-5 * (a64.abs() @ (qb.double() * sb.double()).abs())).all())

@@ -67,10 +67,21 @@ def test_block_scales_go_to_triton_through_auto():
     _check(d, qa, qb, sa, sb, ("block", "block"), "bfloat16")
 
 
-def test_a_scaled_call_inside_a_capture_says_it_cannot_be_captured():
-    qa, qb, sa, sb = _quantized("tensor", "tensor", seed=14)
-    mb.matmul(qa, qb, scale_a=sa, scale_b=sb)  # a first call outside does not make it one
+@pytest.mark.parametrize("kinds", [("row", "row"), ("block", "tensor")])
+def test_a_repeated_scaled_call_is_captured_and_replayed_with_new_scales(kinds):
+    """After a first call outside, the call runs its plan inside a capture (cuBLAS for
+    row-wise scales, Triton for block-wise ones); the replay reads the scales' memory as it
+    is then. A first call inside a capture says how to fix it."""
+    qa, qb, sa, sb = _quantized(*kinds, seed=14)
+    first = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
     graph = torch.cuda.CUDAGraph()
-    with pytest.raises(mb.CaptureError, match="scaled fp8 product while a CUDA graph"), \
-            torch.cuda.graph(graph):
-        mb.matmul(qa, qb, scale_a=sa, scale_b=sb)
+    with torch.cuda.graph(graph):
+        captured = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16")
+    sa.mul_(2)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, (first.float() * 2).bfloat16())
+    other = torch.cuda.CUDAGraph()
+    with pytest.raises(mb.CaptureError, match="call it once with the same arguments"), \
+            torch.cuda.graph(other):
+        mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32")
