@@ -441,47 +441,33 @@ print(cutlass_build.build(Path(sys.argv[1]).read_text(), "90a"), "compiled-nothi
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(toolchain.find_nvcc() is None, reason="nvcc not found")
-def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
+def test_kernels_compile_cache_and_hold_hopper_mma(cutlass_kernels, monkeypatch):
     """An sm_90a 3.x f16 kernel (HGMMA, TMA loads: the aligned kernel a staged problem runs
-    on its copies) and two 2.x kernels (HMMA, bf16 and f16: one library, one nvcc) built at
-    once; each loads as its own kernel; the second build, in this process and in another,
-    compiles nothing."""
-    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path))
-    workdir = tmp_path / "caller"
-    workdir.mkdir()
-    monkeypatch.chdir(workdir)
-    tempdir_before = tempfile.tempdir
-    bf16 = synthetic(33, 17, 9, "bfloat16")  # 1-element alignment: the retyped 2.x kernels
-    bf16_candidate = backend_module.candidate_for(bf16, Config.of("64x64x32_s2_sm75"))
-    sliced = sliced_problem(4096, 4096, 4096, 4100)  # staged: the aligned kernel on copies
-    staged_config = next(c for c in BACKEND.configs(sliced) if staging.is_staged(c))
-    candidate = backend_module.candidate_for(*staging.unwrap(sliced, staged_config))
-    source = cutlass_emit.emit(candidate)
-    f16 = synthetic(33, 17, 9, "float16")  # 1-element alignment: sm_75's 2.x kernels, as bf16
-    f16_candidate = backend_module.candidate_for(f16, Config.of("64x64x32_s2_sm75"))
-    bf16_source, f16_source = cutlass_emit.emit(bf16_candidate), cutlass_emit.emit(f16_candidate)
-    path, bf16_path, f16_path = cutlass_build.build_many(  # two nvcc, the 2.x kernels in one
-        [(source, candidate.arch, candidate.name),
-         (bf16_source, bf16_candidate.arch, bf16_candidate.name),
-         (f16_source, f16_candidate.arch, f16_candidate.name)], 2)
-    assert bf16_path != f16_path and bf16_path.read_bytes() == f16_path.read_bytes()
-    assert bf16_candidate.arch == "90" and bf16_candidate.family == "2x_retyped"
-    assert re.search(r"\bHMMA\.1688\.F32\.BF16\b", toolchain.sass(bf16_path))
-    assert re.search(r"\bHMMA\.1688\.F32\b(?!\.BF16)", toolchain.sass(f16_path))
-    assert candidate.arch == "90a"
+    on its copies, built in one library with the other 3.x kernels of the tier) and two 2.x
+    kernels (HMMA, bf16 and f16: one library, one nvcc); each loads as its own kernel; the
+    build wrote nothing in the caller's directory; a second build, in this process and in
+    another, compiles nothing."""
+    kernels, root = cutlass_kernels.kernels, cutlass_kernels.root
+    staged, bf16, f16 = kernels["staged"], kernels["bf16_sm75"], kernels["f16_sm75"]
+    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(root))
+    assert bf16.path != f16.path and bf16.path.read_bytes() == f16.path.read_bytes()
+    assert bf16.candidate.arch == "90" and bf16.candidate.family == "2x_retyped"
+    assert re.search(r"\bHMMA\.1688\.F32\.BF16\b", toolchain.sass(bf16.path))
+    assert re.search(r"\bHMMA\.1688\.F32\b(?!\.BF16)", toolchain.sass(f16.path))
+    path, source = staged.path, staged.source
+    assert staged.candidate.arch == "90a"
     assert re.search(r"\bUTMALDG\b", toolchain.sass(path))
-    assert path.parent == tmp_path / "cutlass"
+    assert path.parent == root / "cutlass"
     assert cutlass_build.cached_library(cutlass_build.artifact_key(source, "90a")) == path
     stamp = path.stat().st_mtime_ns
-    assert cutlass_build.build(source, candidate.arch, candidate.name) == path
+    assert cutlass_build.build(source, staged.candidate.arch, staged.candidate.name) == path
     assert path.stat().st_mtime_ns == stamp  # the second build compiled nothing
-    assert not list((tmp_path / "cutlass").glob(".build-*"))
-    (tmp_path / "kernel.cu").write_text(source)
+    assert not list((root / "cutlass").glob(".build-*"))
+    (root / "cutlass" / "kernel.cu").write_text(source)
     second = subprocess.run(
-        [sys.executable, "-c", SECOND_PROCESS, str(tmp_path / "kernel.cu")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=60,
-        env={**os.environ, "MULTIBACKEND_CACHE_DIR": str(tmp_path)})
+        [sys.executable, "-c", SECOND_PROCESS, str(root / "cutlass" / "kernel.cu")],
+        capture_output=True, text=True, cwd=cutlass_kernels.caller, timeout=60,
+        env={**os.environ, "MULTIBACKEND_CACHE_DIR": str(root)})
     assert second.returncode == 0, second.stderr
     assert second.stdout.split() == [str(path), "compiled-nothing"]
     assert path.stat().st_mtime_ns == stamp
@@ -489,17 +475,17 @@ def test_kernels_compile_cache_and_hold_hopper_mma(tmp_path, monkeypatch):
     assert re.search(r"\bHGMMA\.64x\d+x16\.F32\b", sass), sass[:2000]
     try:
         library = cutlass_build.load(path, source)
-        bf16_library = cutlass_build.load(bf16_path, bf16_source)
-        f16_library = cutlass_build.load(f16_path, f16_source)
+        bf16_library = cutlass_build.load(bf16.path, bf16.source)
+        f16_library = cutlass_build.load(f16.path, f16.source)
     except OSError as exc:  # a host without the CUDA driver cannot resolve libcuda symbols
         pytest.skip(f"cannot dlopen here: {exc}")
-    assert library.kernel_name == candidate.operation.procedural_name()
+    assert library.kernel_name == staged.candidate.operation.procedural_name()
     assert (bf16_library.kernel_name, f16_library.kernel_name) == (
-        bf16_candidate.operation.procedural_name(), f16_candidate.operation.procedural_name())
+        bf16.candidate.operation.procedural_name(), f16.candidate.operation.procedural_name())
     assert library.status_string(1) == "Error Misaligned Operand"
     assert isinstance(library.gemm, ctypes._CFuncPtr)
-    assert os.listdir(workdir) == []
-    assert tempfile.tempdir == tempdir_before
+    assert cutlass_kernels.caller_files == []
+    assert tempfile.tempdir == cutlass_kernels.tempdir
 
 
 def test_prepare_many_builds_every_pair_at_once_and_returns_those_that_built(monkeypatch):

@@ -319,18 +319,14 @@ def _resources(library_path) -> dict[str, tuple[int, int, int]]:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """The cube's stream-K kernel, built by nvcc for sm_90a into a private cache."""
-    if toolchain.find_nvcc() is None:
-        pytest.skip("nvcc not found")
-    monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setenv("MULTIBACKEND_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+def built(cutlass_kernels):
+    """The cube's stream-K kernel, built by nvcc for sm_90a (with the tier's other 3.x
+    kernels: :func:`tests.backends.conftest.cutlass_kernels`)."""
+    kernel = cutlass_kernels.kernels["stream_k"]
     problem = synthetic(*CUBE, "float16", cc=(9, 0))
-    candidate = backend_module.candidate_for(problem, _stream_k(problem)[0])
-    source = cutlass_emit.emit(candidate)
-    path = cutlass_build.build(source, candidate.arch, candidate.name)
-    yield SimpleNamespace(path=path, source=source, candidate=candidate, problem=problem)
-    monkeypatch.undo()
+    assert kernel.candidate == backend_module.candidate_for(problem, _stream_k(problem)[0])
+    return SimpleNamespace(path=kernel.path, source=kernel.source, candidate=kernel.candidate,
+                           problem=problem)
 
 
 def _library(built):
