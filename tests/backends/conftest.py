@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+
 def _candidates() -> dict:
     """name -> the CUTLASS candidate of every kernel the slow tests look into."""
     from multibackend.backends.cutlass import backend as backend_module
