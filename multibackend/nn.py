@@ -17,6 +17,12 @@ repeated calls cost no more host time than torch's own layer.
 module objects, parameters, buffers and hooks: only their class changes, as
 ``torch.nn.utils.parametrize`` does), and :func:`unpatch` turns them back. Subclasses of
 ``torch.nn.Linear`` are left alone: their forward may do more than the product.
+
+``patch(model, fp8="row" | "block")`` makes them :class:`Fp8Linear` instead, for inference: the
+weight quantized to e4m3 once (per output channel, or per 128 x 128 block; again after it
+changes), the input per token (or per 1 x 128 block) on every call, and the scaled product
+through :func:`multibackend.matmul` (``scale_a``, ``scale_b``) with the bias added in its
+epilogue, in the input's dtype.
 """
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ import torch
 
 from multibackend.api import matmul
 from multibackend.choose.registry import REGISTRY
-from multibackend.core.errors import InvalidType
+from multibackend.core.errors import InvalidArgument, InvalidType
+from multibackend.core.scales import quantize
 from multibackend.run import layers
 
 _F_LINEAR = torch.nn.functional.linear
@@ -109,34 +116,83 @@ class Linear(torch.nn.Linear):
         return f"{super().extra_repr()}, backend={self.backend!r}"
 
 
+#: fp8 granularities of :class:`Fp8Linear`: (the input's, the weight's)
+FP8_MODES = {"row": ("row", "row"), "block": ("block", "block")}
+
+
+class Fp8Linear(Linear):
+    """:class:`Linear` for inference in fp8 (``fp8`` "row" or "block"; see the module
+    docstring). The quantized weight is kept, and made again when the weight's memory or
+    version changes; autograd cannot record the product, so a call that it would record is
+    refused."""
+
+    fp8: str
+    _fp8_weight: Any
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad):
+            raise InvalidArgument("Fp8Linear: autograd would record this call, but an fp8 "
+                                  "product has no gradient here: run the model under "
+                                  "torch.no_grad() or torch.inference_mode() (fp8 layers are "
+                                  "for inference)")
+        kind_x, kind_w = FP8_MODES[self.fp8]
+        held = (weight.data_ptr(), weight._version, self.fp8)
+        if self._fp8_weight is None or self._fp8_weight[0] != held:
+            values, scales = quantize(weight.detach().mT, kind_w, operand="B")
+            self._fp8_weight = (held, values, scales)
+        _, values, scales = self._fp8_weight
+        rows = input.reshape(-1, input.shape[-1])
+        q, s = quantize(rows, kind_x, operand="A")
+        c = None if bias is None else bias.detach().expand(rows.shape[0], weight.shape[0])
+        d = matmul(q, values, c, scale_a=s, scale_b=scales, out_dtype=input.dtype,
+                   backend=self.backend)
+        return d.view(*input.shape[:-1], weight.shape[0])
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, fp8={self.fp8!r}"
+
+
 def _check_module(model: Any, call: str) -> None:
     if not isinstance(model, torch.nn.Module):
         raise InvalidType(f"{call}: model is a {type(model).__name__}: expected a "
                           "torch.nn.Module")
 
 
-def patch(model: torch.nn.Module, *, backend: str | None = "auto") -> torch.nn.Module:
+def patch(model: torch.nn.Module, *, backend: str | None = "auto",
+          fp8: str | None = None) -> torch.nn.Module:
     """Make every ``torch.nn.Linear`` of ``model`` (``model`` itself and nested modules) a
     :class:`Linear` running on ``backend``, in place; layers already patched take the new
-    backend. Parameters, buffers, hooks and state_dict keys stay as they are. Returns
-    ``model``."""
+    backend. With ``fp8`` ("row" or "block") they become :class:`Fp8Linear`, for inference.
+    Parameters, buffers, hooks and state_dict keys stay as they are. Returns ``model``."""
     _check_module(model, "patch")
     if backend not in (None, "auto"):
         REGISTRY.check_name(backend, "patch")
+    if fp8 is not None and fp8 not in FP8_MODES:
+        raise InvalidArgument(f"patch: fp8 is {fp8!r}: expected None, "
+                              f"{' or '.join(map(repr, FP8_MODES))}")
     for module in model.modules():
-        if type(module) in (torch.nn.Linear, Linear):
-            module.__class__ = Linear
+        if type(module) in (torch.nn.Linear, Linear, Fp8Linear):
+            module.__class__ = Linear if fp8 is None else Fp8Linear
             module.backend = backend
             module._served = None
+            if fp8 is not None:
+                module.fp8 = fp8
+                module._fp8_weight = None
+            elif "fp8" in module.__dict__:
+                del module.fp8, module._fp8_weight
     return model
 
 
 def unpatch(model: torch.nn.Module) -> torch.nn.Module:
-    """Turn every :class:`Linear` of ``model`` back into ``torch.nn.Linear``, in place (a
-    :class:`Linear` constructed directly too). Returns ``model``."""
+    """Turn every :class:`Linear` (and :class:`Fp8Linear`) of ``model`` back into
+    ``torch.nn.Linear``, in place (a :class:`Linear` constructed directly too). Returns
+    ``model``."""
     _check_module(model, "unpatch")
     for module in model.modules():
-        if type(module) is Linear:
+        if type(module) in (Linear, Fp8Linear):
             module.__class__ = torch.nn.Linear
             del module.backend, module._served
+            if "fp8" in module.__dict__:
+                del module.fp8, module._fp8_weight
     return model
