@@ -155,7 +155,8 @@ def _scaled(A: Any, B: Any, C: Any, *, backend: str | None, config: Any, autotun
             p = plan.problem
             given = [arguments["scale_a"], arguments["scale_b"]]
             for i, (operand, rows, cols) in enumerate((("A", p.m, p.k), ("B", p.k, p.n))):
-                given[i] = (sys.modules["torch"].ones((), device=tensors[0].device)
+                given[i] = (sys.modules["torch"].ones((), dtype=sys.modules["torch"].float32,
+                                                      device=tensors[0].device)
                             if given[i] is None else
                             scales.canonical(given[i], p.scales[i], operand, rows, cols))
             if tensors[3] is not None:

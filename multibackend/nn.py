@@ -22,7 +22,7 @@ module objects, parameters, buffers and hooks: only their class changes, as
 weight quantized to e4m3 once (per output channel, or per 128 x 128 block; again after it
 changes), the input per token (or per 1 x 128 block) on every call, and the scaled product
 through :func:`multibackend.matmul` (``scale_a``, ``scale_b``) with the bias added in its
-epilogue, in the input's dtype.
+epilogue on Triton (added after the product on cuBLAS), in the input's dtype.
 """
 from __future__ import annotations
 
@@ -122,12 +122,23 @@ FP8_MODES = {"row": ("row", "row"), "block": ("block", "block")}
 
 class Fp8Linear(Linear):
     """:class:`Linear` for inference in fp8 (``fp8`` "row" or "block"; see the module
-    docstring). The quantized weight is kept, and made again when the weight's memory or
-    version changes; autograd cannot record the product, so a call that it would record is
-    refused."""
+    docstring). The quantized weight is kept, and made again when the weight's memory,
+    version, device or dtype changes (a change torch does not count, such as a copy into
+    ``weight.data``, is not seen: assign ``layer._fp8_weight = None`` after one); autograd
+    cannot record the product, so a call that it would record is refused."""
 
     fp8: str
     _fp8_weight: Any
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: Any = None, dtype: Any = None, *, backend: str | None = "auto",
+                 fp8: str = "row") -> None:
+        super().__init__(in_features, out_features, bias, device, dtype, backend=backend)
+        if fp8 not in FP8_MODES:
+            raise InvalidArgument(f"Fp8Linear: fp8 is {fp8!r}: expected "
+                                  f"{' or '.join(map(repr, FP8_MODES))}")
+        self.fp8 = fp8
+        self._fp8_weight = None
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
@@ -137,7 +148,7 @@ class Fp8Linear(Linear):
                                   "torch.no_grad() or torch.inference_mode() (fp8 layers are "
                                   "for inference)")
         kind_x, kind_w = FP8_MODES[self.fp8]
-        held = (weight.data_ptr(), weight._version, self.fp8)
+        held = (weight.data_ptr(), weight._version, weight.device, weight.dtype, self.fp8)
         if self._fp8_weight is None or self._fp8_weight[0] != held:
             values, scales = quantize(weight.detach().mT, kind_w, operand="B")
             self._fp8_weight = (held, values, scales)

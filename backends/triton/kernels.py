@@ -121,10 +121,13 @@ def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
 def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
-              UPCAST: tl.constexpr, WIDE_K: tl.constexpr):
+              UPCAST: tl.constexpr, WIDE_K: tl.constexpr, MAX_IMPRECISE: tl.constexpr = None):
     """The BLOCK_M x BLOCK_N product over ``steps`` BLOCK_K-wide steps of K from the
     pointers given, accumulated in ACC; elements ``k_left`` or more along K from the first
-    read as zeros unless EVEN_K. Steps in 64 bits where WIDE_K."""
+    read as zeros unless EVEN_K. Steps in 64 bits where WIDE_K. MAX_IMPRECISE: for fp8, how
+    many elements of K the tensor cores' narrower accumulator may sum before the partial
+    sums are added in ACC (``tl.dot``'s ``max_num_imprecise_acc``; None: Triton's default,
+    which on sm_90 never adds them in float32)."""
     offs_k = tl.arange(0, BLOCK_K)
     if WIDE_K:
         a_step = BLOCK_K * tl.cast(stride_ak, tl.int64)
@@ -144,7 +147,8 @@ def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
         if UPCAST:
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION, out_dtype=ACC,
+                     max_num_imprecise_acc=MAX_IMPRECISE)
         a_ptrs += a_step
         b_ptrs += b_step
     return acc

@@ -7,14 +7,19 @@ masked; :mod:`multibackend.backends.triton.kernels`) with the scales applied in 
   once, to the tile's sums, before alpha, beta * C and D's one rounding;
 - where one does (block-wise: A one per row and 128 elements of K, B one per 128 x 128 tile),
   to each BLOCK_K step's partial sums as they are added, so that the sums of different blocks
-  are never added before their scales are applied (as DeepGEMM's kernels promote each block's
-  partial sums). BLOCK_K divides 128, so one step lies in one block of K.
+  are never added before their scales are applied. BLOCK_K divides 128, so one step lies in
+  one block of K.
+
+Either way the tensor cores' fp8 sums, kept to about 14 bits on sm_90, are added into the
+float32 accumulator after every BLOCK_K (128) elements of K (``tl.dot``'s
+``max_num_imprecise_acc``; Triton's default on sm_90 would keep the whole of K in the narrow
+accumulator), as DeepGEMM's kernels promote theirs.
 
 A scale is read at ``base + row * RS + k_block * KS`` for A and at ``base + k_block * KS +
 (column // COLUMNS) * CS`` for B: a tensor-wise scale has every stride 0, a row-wise one the
 unit stride along its rows or columns, a block-wise one the strides of its (rows, K blocks) or
-(K blocks, N blocks) matrix. Scaled calls are not remembered as plans (see
-:func:`multibackend.eager._scaled`), so this launch is Triton's own, made on every call.
+(K blocks, N blocks) matrix. The launch is Triton's own: a scaled call's plan runs the backend
+with the call's scales (see :func:`multibackend.eager._scaled`), nothing bound.
 """
 from __future__ import annotations
 
@@ -62,20 +67,26 @@ def matmul_scaled_kernel(
                                             BLOCK_K, WIDE_K)
     steps = tl.cdiv(K, BLOCK_K)
     if PER_STEP:
+        if WIDE_K:
+            a_step = BLOCK_K * tl.cast(stride_ak, tl.int64)
+            b_step = BLOCK_K * tl.cast(stride_bk, tl.int64)
+        else:
+            a_step = BLOCK_K * stride_ak
+            b_step = BLOCK_K * stride_bk
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
         for kt in range(0, steps):
             part = kernels._tile_dot(a_ptrs, b_ptrs, K - kt * BLOCK_K, 1, stride_ak, stride_bk,
                                      BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION, EVEN_K,
-                                     UPCAST, WIDE_K)
+                                     UPCAST, WIDE_K, BLOCK_K)
             sa, sb = _scale_factors(sa_ptr, sb_ptr, rows, cols, (kt * BLOCK_K) // SCALE_BLOCK,
                                     sa_rs, sa_ks, sb_ks, sb_cs, SB_COLUMNS)
             acc += part * sa[:, None] * sb[None, :]
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+            a_ptrs += a_step
+            b_ptrs += b_step
     else:
         acc = kernels._tile_dot(a_ptrs, b_ptrs, K, steps, stride_ak, stride_bk,
                                 BLOCK_M, BLOCK_N, BLOCK_K, ACC, INPUT_PRECISION, EVEN_K,
-                                UPCAST, WIDE_K)
+                                UPCAST, WIDE_K, BLOCK_K)
         sa, sb = _scale_factors(sa_ptr, sb_ptr, rows, cols, 0, sa_rs, sa_ks, sb_ks, sb_cs,
                                 SB_COLUMNS)
         acc = acc * sa[:, None] * sb[None, :]

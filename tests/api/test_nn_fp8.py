@@ -77,3 +77,12 @@ def test_patching_again_without_fp8_makes_plain_layers():
     model = mb.patch(_model(4), fp8="block")
     mb.patch(model)
     assert type(model[0]) is mb.nn.Linear and "fp8" not in model[0].__dict__
+
+
+def test_an_fp8_layer_built_directly_names_its_mode():
+    layer = mb.nn.Fp8Linear(256, 64, fp8="block").to(torch.bfloat16)
+    assert "fp8='block'" in repr(layer)
+    with torch.no_grad():
+        assert layer(torch.randn(3, 256).to(torch.bfloat16)).shape == (3, 64)
+    with pytest.raises(InvalidArgument, match="fp8 is 'tensor'"):
+        mb.nn.Fp8Linear(4, 4, fp8="tensor")

@@ -160,6 +160,8 @@ def test_triton_offers_for_block_scales_only_tiles_whose_steps_lie_in_one_block(
     assert offered and all(config_fault(problem, c) is None for c in offered)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="host tensors are copied to the GPU on every call where there is one")
 def test_a_repeated_scaled_call_runs_its_plan_with_the_scales_it_is_given(monkeypatch):
     """The second call with scales of the same shapes is not validated again (its plan runs),
     yet reads its own scales; scales of another granularity make a new plan; an ``out`` is
@@ -186,3 +188,19 @@ def test_a_repeated_scaled_call_runs_its_plan_with_the_scales_it_is_given(monkey
     expected = a64 @ (qb.double() * sb.double())
     assert bool(((tensor_wise.double() - expected).abs()
                  <= 1e-5 * (a64.abs() @ (qb.double() * sb.double()).abs())).all())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="host tensors are copied to the GPU on every call where there is one")
+def test_a_missing_scale_on_a_repeated_call_is_float32_whatever_the_default_dtype():
+    x, w = _operands()
+    qa, sa = mb.quantize(x, "row", operand="A")
+    qb = w.to(torch.float8_e4m3fn)
+    first = mb.matmul(qa, qb, scale_a=sa, out_dtype="float32")
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        again = mb.matmul(qa, qb, scale_a=sa, out_dtype="float32")
+    finally:
+        torch.set_default_dtype(before)
+    assert torch.equal(again, first)

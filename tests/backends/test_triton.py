@@ -214,10 +214,13 @@ def test_pointer_gemm_compiles_to_wgmma_for_sm90(dtype):
 @pytest.mark.parametrize("mode", ["epilogue", "block"])
 def test_scaled_fp8_kernel_compiles_to_e4m3_wgmma_for_sm90(mode):
     """The scaled kernel's fp8 products on Hopper's fp8 warpgroup MMA, per tile (scales on the
-    sums) and per K step (block-wise scales on each step's partial sums), in shared memory."""
+    sums) and per K step (block-wise scales on each step's partial sums), in shared memory;
+    in both, the MMA's narrow sums are added in float32 after each step of K (Triton's
+    default on sm_90 adds none: the whole of K in the tensor cores' ~14-bit accumulator)."""
     info = _aot("scaled", mode)
     assert info["target"] and info["wgmma_e4m3"] > 0 and info["mma_sync"] == 0, info
     assert info["wgmma_e4m3"] == info["wgmma"] and 0 < info["shared"] <= 232448, info
+    assert info["f32_adds"] >= 128 * 256 // 256, info  # a tile's sums, over its 256 threads
 
 
 def test_float32_precision_modes_reach_the_tensor_cores_as_asked():

@@ -180,6 +180,7 @@ def main() -> None:
         "wgmma": ptx.count("wgmma.mma_async"),
         "wgmma_tf32": ptx.count(".tf32.tf32"),
         "wgmma_e4m3": ptx.count(".e4m3.e4m3"),
+        "f32_adds": ptx.count("add.f32") + ptx.count("add.rn.f32") + ptx.count("fma.rn.f32"),
         "mma_sync": ptx.count("mma.sync"),
         "tma_load": ptx.count("cp.async.bulk.tensor.2d.shared"),
         "tma_store": ptx.count("cp.async.bulk.tensor.2d.global"),
