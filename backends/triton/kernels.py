@@ -118,6 +118,15 @@ def _tile_pointers(a_ptr, b_ptr, batch, offs_m, offs_n, M, N,
 
 
 @triton.jit
+def k_steps(stride_ak, stride_bk, BLOCK_K: tl.constexpr, WIDE_K: tl.constexpr):
+    """How far A's and B's pointers move for one BLOCK_K-wide step of K: in 64 bits where
+    WIDE_K (a step spans 2^31 elements or more)."""
+    if WIDE_K:
+        return BLOCK_K * tl.cast(stride_ak, tl.int64), BLOCK_K * tl.cast(stride_bk, tl.int64)
+    return BLOCK_K * stride_ak, BLOCK_K * stride_bk
+
+
+@triton.jit
 def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
               ACC: tl.constexpr, INPUT_PRECISION: tl.constexpr, EVEN_K: tl.constexpr,
@@ -129,12 +138,7 @@ def _tile_dot(a_ptrs, b_ptrs, k_left, steps, stride_ak, stride_bk,
     sums are added in ACC (``tl.dot``'s ``max_num_imprecise_acc``; None: Triton's default,
     which on sm_90 never adds them in float32)."""
     offs_k = tl.arange(0, BLOCK_K)
-    if WIDE_K:
-        a_step = BLOCK_K * tl.cast(stride_ak, tl.int64)
-        b_step = BLOCK_K * tl.cast(stride_bk, tl.int64)
-    else:
-        a_step = BLOCK_K * stride_ak
-        b_step = BLOCK_K * stride_bk
+    a_step, b_step = k_steps(stride_ak, stride_bk, BLOCK_K, WIDE_K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for kt in range(0, steps):
         if EVEN_K:

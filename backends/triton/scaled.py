@@ -67,12 +67,7 @@ def matmul_scaled_kernel(
                                             BLOCK_K, WIDE_K)
     steps = tl.cdiv(K, BLOCK_K)
     if PER_STEP:
-        if WIDE_K:
-            a_step = BLOCK_K * tl.cast(stride_ak, tl.int64)
-            b_step = BLOCK_K * tl.cast(stride_bk, tl.int64)
-        else:
-            a_step = BLOCK_K * stride_ak
-            b_step = BLOCK_K * stride_bk
+        a_step, b_step = kernels.k_steps(stride_ak, stride_bk, BLOCK_K, WIDE_K)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
         for kt in range(0, steps):
             part = kernels._tile_dot(a_ptrs, b_ptrs, K - kt * BLOCK_K, 1, stride_ak, stride_bk,
