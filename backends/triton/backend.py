@@ -58,6 +58,7 @@ from multibackend.backends.triton.configs import (
     config_fault,
     interpreting,
     pointer_tile,
+    scaled_tma_tiles,
     splitk_configs,
     splitk_eligible,
     splitk_tile,
@@ -196,8 +197,9 @@ class TritonBackend(SplitKLaunches, Backend):
         if problem.scales is not None:  # the scaled kernel: the pointer tiles that fit it
             from multibackend.backends.triton import scaled
 
-            tiles = [INTERPRETER_TILE] if interpreting() else POINTER_TILES[1]
-            offered = [pointer_tile(t) for t in tiles]
+            if interpreting():
+                return [pointer_tile(INTERPRETER_TILE)]
+            offered = scaled_tma_tiles(problem) + [pointer_tile(t) for t in POINTER_TILES[1]]
             return [c for c in offered if scaled.config_fault(problem, c) is None]
         if interpreting():
             split = ([splitk_tile(*INTERPRETER_SPLITK, fused=True),
@@ -330,7 +332,7 @@ class TritonBackend(SplitKLaunches, Backend):
         if problem.scales is not None:
             from multibackend.backends.triton import scaled
 
-            scaled.launch(problem, ops, config)
+            scaled.launch(problem, ops, config, lambda: self._sm_count(_matrix(ops.a)))
         elif staging.is_staged(config):
             staging.run(problem, ops, config, self._launch)
         elif tile.kind == "splitk" and tile.fused:

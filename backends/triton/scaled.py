@@ -20,16 +20,38 @@ A scale is read at ``base + row * RS + k_block * KS`` for A and at ``base + k_bl
 unit stride along its rows or columns, a block-wise one the strides of its (rows, K blocks) or
 (K blocks, N blocks) matrix. The launch is Triton's own: a scaled call's plan runs the backend
 with the call's scales (see :func:`multibackend.eager._scaled`), nothing bound.
+
+On sm_90, with A row-major, B column-major (K-major, as the fp8 warpgroup MMA reads it), both
+on the TMA unit's 16-byte grid and a 16-bit D, the same product runs persistent over TMA
+descriptors (:func:`matmul_scaled_tma_kernel`, config kind "tma"): one program per
+multiprocessor walks the output tiles, the TMA unit fetches A's and B's tiles (zero-filled past
+the edges) into shared memory. On an H200 (graph mode, e4m3 -> bfloat16, same run) it ran
+8192^3 with tensor-wise scales in 256x128x128 tiles at 0.72x ``torch._scaled_mm`` (1017
+TFLOP/s; the pointer kernel: 0.30x) and block-wise in 128x256x128 tiles at 500 TFLOP/s (the
+pointer kernel: 345). Adding each step's sums in float32 is what costs: the same tile
+without it ran at 1.01x, with a relative error of 0.24 where torch's (which adds them too) was
+6e-4 (all-positive operands, K = 16384).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import triton
 import triton.language as tl
 
 from multibackend.backends.triton import kernels
-from multibackend.backends.triton.operands import _tile_constexprs
+from multibackend.backends.triton.configs import POINTER_TILES, pointer_tile
+from multibackend.backends.triton.operands import (
+    _descriptor,
+    _matrix,
+    _operand_descriptors,
+    _operands_ready,
+    _tile_constexprs,
+    _tma_ready,
+    d_by_tma,
+    d_unit,
+)
 from multibackend.backends.triton.records import tile_of
 from multibackend.core.config import Config, Operands
 from multibackend.core.problem import Problem
@@ -90,6 +112,57 @@ def matmul_scaled_kernel(
                       ACC, HAS_C, SCALE, 1)
 
 
+@triton.jit
+def matmul_scaled_tma_kernel(
+    a_desc, b_desc, d_desc, c_ptr, d_ptr, sa_ptr, sb_ptr, M, N, K,
+    stride_cm, stride_cn, stride_dm, stride_dn, sa_rs, sa_ks, sb_ks, sb_cs, alpha, beta,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr, HAS_C: tl.constexpr,
+    SCALE: tl.constexpr, D_TMA: tl.constexpr, D_UNIT: tl.constexpr, PER_STEP: tl.constexpr,
+    SB_COLUMNS: tl.constexpr, SCALE_BLOCK: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+):
+    """The scaled product, persistent over TMA descriptors (A row-major, B read K-major as
+    its transpose's BLOCK_N x BLOCK_K tiles); D stored by the TMA unit where ``D_TMA`` (no C,
+    rows on the 16-byte grid), else through the pointer kernels' epilogue."""
+    pid = tl.program_id(0)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(pid, tiles, NUM_PROGRAMS, flatten=True,
+                         warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = kernels._tile_of(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        rows = offs_m % M
+        cols = offs_n % N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if PER_STEP:
+            for kt in range(k_tiles):
+                a = a_desc.load([off_m, kt * BLOCK_K])
+                b = b_desc.load([off_n, kt * BLOCK_K]).T
+                sa, sb = _scale_factors(sa_ptr, sb_ptr, rows, cols,
+                                        (kt * BLOCK_K) // SCALE_BLOCK, sa_rs, sa_ks, sb_ks,
+                                        sb_cs, SB_COLUMNS)
+                acc += tl.dot(a, b) * (sa[:, None] * sb[None, :])
+        else:
+            for kt in range(k_tiles):
+                a = a_desc.load([off_m, kt * BLOCK_K])
+                b = b_desc.load([off_n, kt * BLOCK_K]).T
+                acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_K)
+            sa, sb = _scale_factors(sa_ptr, sb_ptr, rows, cols, 0, sa_rs, sa_ks, sb_ks, sb_cs,
+                                    SB_COLUMNS)
+            acc = acc * (sa[:, None] * sb[None, :])
+        if D_TMA:  # no C
+            if SCALE:
+                acc = acc * alpha
+            d_desc.store([off_m, off_n], acc.to(d_desc.dtype))
+        else:
+            kernels._epilogue(acc, c_ptr, d_ptr, 0, offs_m, offs_n, M, N, 0, stride_cm,
+                              stride_cn, 0, stride_dm, stride_dn, alpha, beta, tl.float32,
+                              HAS_C, SCALE, D_UNIT)
+
+
 def scale_strides(kind: str, operand: str, scale: Any) -> tuple[int, int]:
     """(A's row stride, K-block stride) or (B's K-block stride, column stride) of a scale of
     granularity ``kind`` as :class:`~multibackend.core.config.Operands` holds it."""
@@ -101,21 +174,32 @@ def scale_strides(kind: str, operand: str, scale: Any) -> tuple[int, int]:
 
 
 def config_fault(problem: Problem, config: Config) -> str | None:
-    """Why ``config`` cannot run the scaled ``problem``, or None: the scaled kernel takes the
-    pointer kernel's tiles, and block-wise scales a BLOCK_K dividing 128."""
+    """Why ``config`` cannot run the scaled ``problem``, or None: the scaled kernels take the
+    pointer kernel's tiles and persistent TMA ones (the layouts those are written for are
+    :func:`~.configs.config_fault`'s to check), and block-wise scales a BLOCK_K dividing
+    128."""
     tile = tile_of(config)
-    if tile.kind != "pointer":
+    if tile.kind not in ("pointer", "tma"):
         return (f"config {config.name!r} is a {tile.kind} tile: scaled fp8 products run the "
-                "pointer kernel's tiles only")
+                "pointer kernel's tiles and persistent TMA ones only")
     if "block" in problem.scales and BLOCK % tile.block_k:
         return (f"config {config.name!r} has BLOCK_K {tile.block_k}: block-wise scales need a "
                 f"BLOCK_K dividing {BLOCK}, so that each step of K lies in one scale block")
     return None
 
 
-def launch(problem: Problem, ops: Operands, config: Config) -> None:
-    """One launch of the scaled kernel on the batch-1 operands ``ops``."""
+def launch(problem: Problem, ops: Operands, config: Config,
+           sm_count: Callable[[], int]) -> None:
+    """One launch of the scaled kernel of ``config``'s kind on the batch-1 operands ``ops``,
+    on a GPU of ``sm_count()`` multiprocessors. A TMA tile whose A or B is off the TMA unit's
+    16-byte grid as it is at launch runs the pointer kernel's default scaled tile."""
     tile = tile_of(config)
+    if tile.kind == "tma":
+        if _operands_ready(problem, ops):
+            _launch_tma(problem, ops, config, sm_count())
+            return
+        config = pointer_tile(POINTER_TILES[1][0])
+        tile = tile_of(config)
     a, b, d = ops.a[0], ops.b[0], ops.d[0]
     c = ops.c[0] if ops.c is not None else None
     c_strides = tuple(c.stride()) if c is not None else (0, 0)
@@ -130,3 +214,28 @@ def launch(problem: Problem, ops: Operands, config: Config) -> None:
         PER_STEP="block" in problem.scales,
         SB_COLUMNS=BLOCK if problem.scales[1] == "block" else 1, SCALE_BLOCK=BLOCK,
         **_tile_constexprs(problem, config))
+
+
+def _launch_tma(problem: Problem, ops: Operands, config: Config, sms: int) -> None:
+    """One launch of :func:`matmul_scaled_tma_kernel`: as many programs as multiprocessors
+    (fewer where there are fewer tiles)."""
+    tile = tile_of(config)
+    bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
+    a, b, d = _matrix(ops.a), _matrix(ops.b), _matrix(ops.d)
+    _, a_desc, b_desc = _operand_descriptors(problem, a, b, bm, bn, bk)
+    has_c = ops.c is not None
+    c = _matrix(ops.c) if has_c else d
+    d_tma = d_by_tma(_tma_ready(d), has_c)
+    programs = min(sms, -(-problem.m // bm) * -(-problem.n // bn))
+    sa_rs, sa_ks = scale_strides(problem.scales[0], "A", ops.scale_a)
+    sb_ks, sb_cs = scale_strides(problem.scales[1], "B", ops.scale_b)
+    matmul_scaled_tma_kernel[(programs,)](
+        a_desc, b_desc, _descriptor(d, [bm, bn]) if d_tma else None, c, d, ops.scale_a,
+        ops.scale_b, problem.m, problem.n, problem.k, c.stride(0), c.stride(1), d.stride(0),
+        d.stride(1), sa_rs, sa_ks, sb_ks, sb_cs, ops.alpha, ops.beta,
+        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=tile.group_m, NUM_PROGRAMS=programs,
+        HAS_C=has_c, SCALE=ops.alpha != 1, D_TMA=d_tma,
+        D_UNIT=1 if d_tma else d_unit(problem, d, c if has_c else None),
+        PER_STEP="block" in problem.scales,
+        SB_COLUMNS=BLOCK if problem.scales[1] == "block" else 1, SCALE_BLOCK=BLOCK,
+        WARP_SPECIALIZE=tile.warp_specialize, num_warps=tile.warps, num_stages=tile.stages)

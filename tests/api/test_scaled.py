@@ -20,10 +20,10 @@ torch = pytest.importorskip("torch")
 M, N, K = 40, 72, 300  # K and N ragged against the 128-wide blocks
 
 
-def _operands(dtype: str = "float8_e4m3fn", seed: int = 3):
+def _operands(dtype: str = "float8_e4m3fn", seed: int = 3, k: int = K):
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(M, K, generator=gen) * torch.logspace(-2, 2, M).unsqueeze(1)
-    w = torch.randn(K, N, generator=gen) * torch.logspace(-1, 1, N)
+    x = torch.randn(M, k, generator=gen) * torch.logspace(-2, 2, M).unsqueeze(1)
+    w = torch.randn(k, N, generator=gen) * torch.logspace(-1, 1, N)
     return x, w
 
 
@@ -61,6 +61,83 @@ def test_every_granularity_pair_on_the_host_matches_the_scaled_product(kind_a, k
     report = mb.crosscheck(qa, qb, c, alpha=0.5, beta=-2.0, scale_a=sa, scale_b=sb,
                            out_dtype="float32", time_it=False, backends=(backend,))
     assert report.ok, str(report)
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+@pytest.mark.parametrize("kind_a, kind_b", list(itertools.product(scales.GRANULARITIES,
+                                                                  repeat=2)))
+def test_the_persistent_tma_kernel_matches_the_scaled_product(kind_a, kind_b, with_c,
+                                                             monkeypatch):
+    """Triton's scaled TMA kernel (B column-major, D bfloat16) in 32x32x32 tiles, four programs
+    walking six output tiles, K = 304 (rows of A and B on the TMA unit's 16-byte grid; two
+    whole blocks of 128 and a ragged one): D stored by the TMA unit without C, through the
+    pointer epilogue with it. The interpreter truncates float32 to bfloat16 (a GPU rounds it
+    to nearest): within 2**-7 of each value."""
+    if not _interpreting():
+        pytest.skip("Triton runs host arrays in its interpreter only (TRITON_INTERPRET=1)")
+    from multibackend.backends.triton import backend as backend_module
+    from multibackend.backends.triton import scaled as scaled_module
+    from multibackend.backends.triton.configs import tma_tile
+
+    monkeypatch.setattr(backend_module.TritonBackend, "_sm_count", lambda self, t: 4)
+    launched = []
+    tma = scaled_module._launch_tma
+    monkeypatch.setattr(scaled_module, "_launch_tma",
+                        lambda *args: (launched.append(True), tma(*args)))
+    x, w = _operands(k=304)
+    x[:, 128:256] *= 50
+    w[256:] *= 0.01
+    qa, sa = mb.quantize(x, kind_a, operand="A")
+    qb, sb = mb.quantize(w, kind_b, operand="B")
+    qb = qb.T.contiguous().T
+    c = (torch.randn(M, N, generator=torch.Generator().manual_seed(9)).bfloat16() if with_c
+         else None)
+    d = mb.matmul(qa, qb, c, alpha=0.5, beta=-2.0 if with_c else None, scale_a=sa,
+                  scale_b=sb, out_dtype="bfloat16", backend="triton",
+                  config=tma_tile((32, 32, 32, 4, 1, 8, False)))
+    a64, b64 = _dequantized(qa, sa, kind_a, "A"), _dequantized(qb, sb, kind_b, "B")
+    expected, size = 0.5 * (a64 @ b64), 0.5 * (a64.abs() @ b64.abs())
+    if with_c:
+        expected, size = expected - 2.0 * c.double(), size + 2.0 * c.double().abs()
+    assert launched
+    assert bool(((d.double() - expected).abs() <= 2**-7 * expected.abs() + 1e-5 * size).all())
+
+
+@pytest.mark.parametrize("m, kinds, b_layout, out, first", [
+    (4096, ("tensor", "tensor"), "col", "bfloat16", (256, 128)),
+    (4096, ("row", "row"), "col", "float16", (256, 128)),
+    (4096, ("block", "block"), "col", "bfloat16", (128, 256)),
+    (4096, ("row", "block"), "col", "bfloat16", (128, 256)),
+    (64, ("block", "block"), "col", "bfloat16", (64, 128)),
+    (4096, ("tensor", "tensor"), "row", "bfloat16", None),
+    (4096, ("tensor", "tensor"), "col", "float32", None),
+])
+def test_a_scaled_problem_is_offered_the_tma_tiles_written_for_it(m, kinds, b_layout, out, first):
+    """On sm_90 (checked from the problem's numbers): the persistent TMA tiles first, in the
+    order of the shape and the scales, for fp8 with B column-major and a 16-bit D; else the
+    pointer tiles only, and a TMA tile named by the caller refused with the rule."""
+    from multibackend.backends.triton import backend as backend_module
+    from multibackend.backends.triton.configs import SCALED_TMA_TILES, tma_tile
+    from multibackend.backends.triton.records import tile_of
+
+    problem = synthetic(m, 4096, 4096, "float8_e4m3fn", b_layout=b_layout, out_dtype=out,
+                        cc=(9, 0)).with_(scales=kinds)
+    backend = REGISTRY.get("triton")
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(backend_module, "interpreting", lambda: False)
+    try:
+        offered = [tile_of(c) for c in backend.configs(problem)]
+    finally:
+        monkeypatch.undo()
+    tma = [t for t in offered if t.kind == "tma"]
+    if first is None:
+        assert not tma and offered
+        fault = backend.check_config(problem, tma_tile(SCALED_TMA_TILES[0]))
+        assert fault is not None and "scaled persistent TMA kernel" in fault, fault
+    else:
+        assert offered[0].kind == "tma" and (offered[0].block_m, offered[0].block_n) == first
+        assert len(tma) == len(SCALED_TMA_TILES)
+        assert all(backend.check_config(problem, t.config()) is None for t in tma)
 
 
 def test_e5m2_with_a_number_as_a_scale_and_bfloat16_out():

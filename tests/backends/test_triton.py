@@ -223,6 +223,19 @@ def test_scaled_fp8_kernel_compiles_to_e4m3_wgmma_for_sm90(mode):
     assert info["f32_adds"] >= 128 * 256 // 256, info  # a tile's sums, over its 256 threads
 
 
+@pytest.mark.parametrize("mode", ["epilogue", "block"])
+def test_scaled_fp8_tma_kernel_compiles_to_e4m3_wgmma_fed_and_stored_by_tma(mode):
+    """The scaled persistent kernel in the tile offered first for its scales: fp8 warpgroup
+    MMAs only, A and B fetched and D stored by the TMA unit (no element stores), within the
+    H100's shared memory, and the MMA's sums added in float32 after each step of K (one
+    addition per accumulator element a thread holds: 128 x 256 over 256 threads)."""
+    info = _aot("scaled_tma", mode)
+    assert info["target"] and info["wgmma_e4m3"] > 0 and info["mma_sync"] == 0, info
+    assert info["wgmma_e4m3"] == info["wgmma"] and 0 < info["shared"] <= 232448, info
+    assert info["tma_load"] > 0 and info["tma_store"] > 0 and info["global_stores"] == 0, info
+    assert info["f32_adds"] >= 128 * 256 // 256, info
+
+
 def test_float32_precision_modes_reach_the_tensor_cores_as_asked():
     """float32 operands as the backend launches them: "ieee" on no tensor core (the
     interpreter ignores the mode, so only the compiled kernel tells), "tf32" on tf32 wgmma,

@@ -5,7 +5,7 @@ the rest of the CPU tier uses must not be set when kernels are compiled for real
     python tests/backends/triton_aot.py {pointer|tma|tma_pointer_d|tma_c_n8_unit|tma_c_n8_plain|tma_tiles|dot|
         pointer_{a|b}_{row|col}_8s_{unit|plain}} {float16|bfloat16}
     python tests/backends/triton_aot.py float32 {ieee|tf32|tf32x3}
-    python tests/backends/triton_aot.py scaled {epilogue|block}
+    python tests/backends/triton_aot.py {scaled|scaled_tma} {epilogue|block}
 """
 from __future__ import annotations
 
@@ -146,6 +146,33 @@ def compile_scaled(mode: str):
                           options={"num_warps": 8, "num_stages": 3})
 
 
+def compile_scaled_tma(mode: str):
+    """The scaled fp8 persistent TMA kernel (e4m3, B read K-major, D bfloat16 stored by the
+    TMA unit) in the tile the backend offers first for ``mode``: "epilogue" (tensor- or
+    row-wise scales: 256x128x128) or "block" (block-wise: 128x256x128)."""
+    from multibackend.backends.triton import scaled
+    from multibackend.backends.triton.configs import SCALED_TMA_TILES
+
+    bm, bn, bk, warps, stages, group, ws = SCALED_TMA_TILES[0 if mode == "epilogue" else 1]
+    fn = scaled.matmul_scaled_tma_kernel
+    consts = dict(stride_cn=1, stride_dn=1, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                  GROUP_M=group, NUM_PROGRAMS=132, HAS_C=False, SCALE=False, D_TMA=True,
+                  D_UNIT=1, PER_STEP=mode == "block",
+                  SB_COLUMNS=128 if mode == "block" else 1, SCALE_BLOCK=128,
+                  WARP_SPECIALIZE=ws)
+    types = {"a_desc": f"tensordesc<fp8e4nv[{bm}, {bk}]>",
+             "b_desc": f"tensordesc<fp8e4nv[{bn}, {bk}]>",
+             "d_desc": f"tensordesc<bf16[{bm}, {bn}]>", "c_ptr": "*bf16", "d_ptr": "*bf16",
+             "sa_ptr": "*fp32", "sb_ptr": "*fp32", "alpha": "fp32", "beta": "fp32"}
+    args = [(name, types.get(name, "i32")) for name in fn.arg_names if name not in consts]
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
+               for name in ("c_ptr", "d_ptr", "stride_cm", "stride_dm")}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "num_stages": stages})
+
+
 def compile_dot(dtype: str):
     t = f"*{TYPES[dtype]}"
     args = [("x_ptr", t), ("y_ptr", t), ("partial_ptr", "*fp32"), ("n", "i32")]
@@ -163,7 +190,7 @@ def main() -> None:
         print(json.dumps(tma_tiles_shared(dtype)))
         return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
-                "scaled": compile_scaled,
+                "scaled": compile_scaled, "scaled_tma": compile_scaled_tma,
                 "float32": lambda precision: compile_pointer("float32", precision),
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),

@@ -1,7 +1,8 @@
 """GPU tier of scaled fp8 products against the float64 product of the operands times their
 scales: cuBLAS (``torch._scaled_mm``) with tensor- and row-wise scales, through ``auto`` and by
-name; Triton's scaled kernel with every pair of granularities (block-wise through ``auto``,
-which cuBLAS cannot take)."""
+name; Triton's scaled kernels (the persistent TMA one and the pointer one) with every pair of
+granularities (block-wise through ``auto``, which cuBLAS cannot take) and in every config
+offered."""
 from __future__ import annotations
 
 import pytest
@@ -58,6 +59,35 @@ def test_triton_applies_every_pair_of_scales(kinds):
     qa, qb, sa, sb = _quantized(*kinds, seed=12)
     d = mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="bfloat16", backend="triton")
     _check(d, qa, qb, sa, sb, "bfloat16")
+
+
+@pytest.mark.parametrize("k", [1040, 1000])
+@pytest.mark.parametrize("kinds", [("row", "tensor"), ("block", "block")])
+def test_every_scaled_triton_config_on_a_ragged_shape_with_c(kinds, k):
+    """Each config Triton offers the scaled problem (the persistent TMA tiles where A's and
+    B's rows lie on the 16-byte grid, K = 1040; the pointer tiles always), 200 x 328 (no
+    tile divides it), K ragged against the 128-wide blocks, with C, alpha and beta."""
+    from multibackend.backends.triton.records import tile_of
+    from multibackend.choose.registry import REGISTRY
+
+    gen = torch.Generator(device="cuda").manual_seed(15)
+    m, n = 200, 328
+    x = torch.randn(m, k, generator=gen, device="cuda")
+    w = torch.randn(n, k, generator=gen, device="cuda")
+    qa, sa = mb.quantize(x, kinds[0], operand="A")
+    qw, sw = mb.quantize(w.T, kinds[1], operand="B")
+    qb = qw.T.contiguous().T
+    c = torch.randn(m, n, generator=gen, device="cuda").bfloat16()
+    call = matmul_call(qa, qb, c, alpha=0.5, beta=2.0, scale_a=sa, scale_b=sw,
+                       out_dtype="bfloat16")
+    configs = REGISTRY.get("triton").configs(call.problem)
+    assert (tile_of(configs[0]).kind == "tma") == (k == 1040)
+    expected = checks.reference_for(call)
+    for config in configs:
+        d = mb.matmul(qa, qb, c, alpha=0.5, beta=2.0, scale_a=sa, scale_b=sw,
+                      out_dtype="bfloat16", backend="triton", config=config)
+        result = reference.compare(call.problem, d.view(1, m, n), expected)
+        assert result.ok, f"{config.name}: {result.detail}"
 
 
 def test_block_scales_go_to_triton_through_auto():
