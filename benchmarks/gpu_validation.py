@@ -3,12 +3,15 @@
 Run from the repository root on a machine with a GPU:
 
     python3 benchmarks/gpu_validation.py --out-dir benchmarks/results/<GPU> \\
-        [--suite validation] [--dtype float16 --dtype bfloat16] [--mode eager --mode graph] \\
+        [--suite validation] [--shape MxNxK ...] [--layout nn] \\
+        [--dtype float16 --dtype bfloat16] [--mode eager --mode graph] \\
         [--member auto --member auto_autotune --member triton ...]
 
-For every problem of the suite (random non-zero operands, torch tensors) and every mode, the
-members are timed against each other with their runs alternated
-(:func:`multibackend.gpu.timing.time_interleaved`): ``torch`` (``torch.matmul(A, B)``), ``auto``
+For every problem of the suite and of ``--shape`` (random non-zero operands, torch tensors, A
+and B in the major orders of ``--layout``: "nt" is ``x @ W.T``) and every mode, the members are
+timed against each other with their runs alternated
+(:func:`multibackend.gpu.timing.time_interleaved`): ``torch`` (torch's own call for the dtype:
+``torch.matmul(A, B)``, ``torch._int_mm(A, B)`` for int8), ``auto``
 (``multibackend.matmul(A, B)`` with no tuning table), ``auto_autotune`` (the same call with
 first-call autotuning in this mode: its first call, outside the timing, measures and keeps
 the winner) and any backend named with ``--member`` (``backend=<name>``, or
@@ -46,7 +49,9 @@ BASE = "torch"
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--suite", default="validation")
+    p.add_argument("--suite", help="shape suite (default: validation, unless --shape)")
+    p.add_argument("--shape", action="append", default=[], help="MxNxK (repeatable)")
+    p.add_argument("--layout", default="nn", help="A's and B's major orders (nn, nt, tn, tt)")
     p.add_argument("--dtype", action="append", dest="dtypes")
     p.add_argument("--mode", action="append", dest="modes")
     p.add_argument("--member", action="append", dest="members")
@@ -57,22 +62,19 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
-def _operands(shape, dtype: str, seed: int):
+def torch_call(a, b):
+    """torch's own call for A's dtype on these operands: ``torch._int_mm`` for int8, else
+    ``torch.matmul``."""
     import torch
 
-    from multibackend.core import dtypes
-
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    lead = (shape.batch,) if shape.batch > 1 else ()
-    tdtype = dtypes.torch_dtype(dtype)
-    a = (torch.rand(lead + (shape.m, shape.k), generator=gen, device="cuda") * 2 - 1)
-    b = (torch.rand((shape.k, shape.n), generator=gen, device="cuda") * 2 - 1)
-    return a.to(tdtype), b.to(tdtype)
+    if getattr(a, "dtype", None) == torch.int8:
+        return lambda: torch._int_mm(a, b)
+    return lambda: torch.matmul(a, b)
 
 
 def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | None = None
                  ) -> dict:
-    """``torch.matmul`` as :data:`BASE`, then a call per member: ``auto`` (no table),
+    """torch's own call (:func:`torch_call`) as :data:`BASE`, then a call per member: ``auto`` (no table),
     ``auto_autotune`` (first-call autotuning in ``mode``), a backend's name (its default
     config, or ``configs[name]``: left out where that is None, the backend offering none) or
     ``<name>:<config>`` (that config)."""
@@ -81,7 +83,7 @@ def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | No
     import multibackend as mb
 
     configs = configs or {}
-    calls = {BASE: lambda: torch.matmul(a, b)}
+    calls = {BASE: torch_call(a, b)}
     for name in names:
         if name == "auto":
             calls[name] = lambda: mb.matmul(a, b)
@@ -157,7 +159,7 @@ def member_lines(rows: list[dict], mode: str, leave_out: tuple = (),
             ratio = r["paired"] if paired else r["torch_ms"] / r["ms"]
             by_member.setdefault(r["backend"], []).append(ratio)
     how = "paired by round" if paired else "(torch_ms / ms)"
-    lines = [f"{mode}: x torch.matmul {how}, same run, runs alternated"]
+    lines = [f"{mode}: x torch's own call {how}, same run, runs alternated"]
     for name, ratios in by_member.items():
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
         below = sum(r < 0.95 for r in ratios)
@@ -201,25 +203,33 @@ def main() -> int:
 
     from multibackend.core.problem import synthetic
     from multibackend.gpu.timing import check_mode, time_interleaved
-    from multibackend.tuning.suites import suite
+    from multibackend.tuning.suites import parse_shape, suite
+    from multibackend.tuning.worker import LAYOUTS, Spec, random_operands
 
     dtypes_ = args.dtypes or ["float16", "bfloat16"]
     modes = [check_mode(m) for m in (args.modes or ["eager", "graph"])]
     members = args.members or ["auto", "auto_autotune"]
-    shapes = suite(args.suite)[:args.limit]
+    if args.layout not in LAYOUTS:
+        raise SystemExit(f"--layout {args.layout}: expected one of {', '.join(LAYOUTS)}")
+    named = args.suite or ("validation" if not args.shape else None)
+    shapes = ((suite(named) if named else ()) + tuple(map(parse_shape, args.shape)))[:args.limit]
+    label = named or "shapes"
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name()
     cc = torch.cuda.get_device_capability()
-    print(f"{args.suite}: {len(shapes)} shapes x {dtypes_} on {device}, modes {modes}, "
-          f"members {[BASE] + members}", flush=True)
+    print(f"{label}: {len(shapes)} shapes x {dtypes_} ({args.layout}) on {device}, modes "
+          f"{modes}, members {[BASE] + members}", flush=True)
     start = time.monotonic()
     for mode in modes:
         rows, notes = [], []
         for dtype in dtypes_:
             for i, shape in enumerate(shapes):
-                a, b = _operands(shape, dtype, seed=i)
-                problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc)
+                spec = Spec(shape, dtype, args.layout)
+                a, b = random_operands(spec, "cuda", seed=i)
+                a_layout, b_layout = spec.layouts
+                problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc,
+                                    a_layout=a_layout, b_layout=b_layout)
                 problem_notes: list = []
                 calls = checked(member_calls(members, a, b, mode), a, b, problem,
                                 problem_notes)
@@ -231,7 +241,8 @@ def main() -> int:
                 paired = paired_vs_fastest(timed)
                 for name, t in timed.items():
                     rows.append({"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k,
-                                 "batch": shape.batch, "mode": mode, "backend": name,
+                                 "batch": shape.batch, "layout": args.layout, "mode": mode,
+                                 "backend": name,
                                  "ms": t.median_ms, "torch_ms": base,
                                  **chosen.get(name, {}),
                                  **({"paired_vs_fastest": paired}

@@ -169,7 +169,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     table = tune(shapes, dtypes=args.dtype or ["float16"], backends=args.backends,
                  mode=args.mode, max_configs=args.max_configs, quick=args.quick,
                  timeout_s=args.timeout, max_workers=args.jobs, gpus=args.gpus,
-                 scheduler=args.scheduler)
+                 scheduler=args.scheduler, layout=args.layout)
     if not table["entries"]:
         print(f"tune: no problem was measured (see above); {args.out} not written",
               file=sys.stderr)
@@ -250,6 +250,7 @@ def main(argv: list[str] | None = None, prog: str = "multibackend") -> int:
                             "interpreter's without a GPU)")
     from multibackend.gpu.timing import MODES
     from multibackend.tuning.suites import SUITES
+    from multibackend.tuning.worker import LAYOUTS
 
     tune = sub.add_parser("tune", help="time every backend and config per shape; write a "
                                        "tuning table for backend='auto'")
@@ -259,6 +260,9 @@ def main(argv: list[str] | None = None, prog: str = "multibackend") -> int:
     tune.add_argument("--dtype", action="append", help="input dtype (repeatable; float16)")
     tune.add_argument("--backends", nargs="+", help="backends to tune (default: all; "
                                                     "cuBLAS is always measured)")
+    tune.add_argument("--layout", choices=LAYOUTS, default="nn",
+                      help="major orders of A and B, A's first: n row-major, t column-major "
+                           "(nt: x @ W.T; default nn)")
     tune.add_argument("--mode", choices=MODES, default="eager",
                       help="timing mode the choice is made in: eager (back-to-back calls, "
                            "host time included; the default) or graph (calls captured in a "

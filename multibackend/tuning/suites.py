@@ -31,6 +31,9 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
+- ``calibration_large``: large aligned products (cubes from 3072 to 12288 and rectangles
+  between) that the committed calibration of a dtype's large end (int8) is tuned on, none of
+  them a shape it is scored on (4096^3, 8192^3, 2048x8192x4096, ``square``, ``llm``).
 """
 from __future__ import annotations
 
@@ -148,6 +151,8 @@ SUITES: dict[str, tuple[Shape, ...]] = {
         Shape(1, 2049, 2047, 2045), Shape(1, 2500, 2999, 3001), Shape(1, 3583, 3585, 3581),
         Shape(1, 6143, 6145, 6141), Shape(1, 1024, 32003, 4096), Shape(1, 16, 4097, 4095),
         Shape(1, 128, 11009, 4095), Shape(1, 32, 6143, 4097), Shape(1, 300, 301, 303)),
+    "calibration_large": tuple(Shape(1, s, s, s) for s in (3072, 5120, 6144, 12288)) + (
+        Shape(1, 3072, 6144, 5120), Shape(1, 6144, 12288, 6144), Shape(1, 12288, 5120, 6144)),
 }
 
 

@@ -79,6 +79,7 @@ from multibackend.tuning.runner import (
 )
 from multibackend.tuning.suites import SUITES, Shape, parse_shape, suite
 from multibackend.tuning.worker import (
+    LAYOUTS,
     Figure,
     GpuTimer,
     Item,
@@ -120,7 +121,7 @@ def _shapes(shapes: Iterable[Any]) -> list[Shape]:
 
 
 def _plan(shapes: list[Shape], dtypes: list[str], names: tuple[str, ...], registry,
-          device: str, max_configs: int | None) -> Plan:
+          device: str, max_configs: int | None, layout: str = "nn") -> Plan:
     cc = environment.compute_capability() if device.startswith("cuda") else None
     plan = Plan(cc=cc)
     where = "cuda:0" if device == "cuda" else device
@@ -132,9 +133,10 @@ def _plan(shapes: list[Shape], dtypes: list[str], names: tuple[str, ...], regist
     for dtype in dtypes:
         for shape in shapes:
             index = len(plan.specs)
-            plan.specs[index] = Spec(shape, dtype)
+            spec = plan.specs[index] = Spec(shape, dtype, layout)
+            a_layout, b_layout = spec.layouts
             problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc,
-                                device=where)
+                                device=where, a_layout=a_layout, b_layout=b_layout)
             for name in usable:
                 backend = registry.get(name)
                 reason = backend.supports(problem)
@@ -236,11 +238,12 @@ def _entries(plan: Plan, results: Results, mode: str) -> dict:
         if entry is None:
             continue
         shape = spec.shape
+        a_layout, b_layout = spec.layouts
         problem = synthetic(shape.m, shape.n, shape.k, spec.dtype, batch=shape.batch,
-                            cc=plan.cc)
+                            cc=plan.cc, a_layout=a_layout, b_layout=b_layout)
         entries[problem.key] = {
             **entry, "family": tables.family(problem), "m": shape.m, "n": shape.n,
-            "k": shape.k, "batch": shape.batch, "dtype": spec.dtype,
+            "k": shape.k, "batch": shape.batch, "dtype": spec.dtype, "layout": spec.layout,
             "refused": plan.refused.get(index, {}), "measured": measured}
     return entries
 
@@ -385,7 +388,7 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
          gpus: int | str | None = None, scheduler: str | None = None,
          progress: IO[str] | None = sys.stderr, registry: Any = None,
          matmul: PublicCall | None = None, timer: Timer | None = None,
-         device: str | None = None, seed: int = 0) -> dict:
+         device: str | None = None, seed: int = 0, layout: str = "nn") -> dict:
     """Tune ``shapes`` (suite names, ``"MxNxK"``/``"BxMxNxK"`` strings or tuples) for each of
     ``dtypes`` over ``backends`` (default: every backend; cuBLAS, the baseline, is always
     measured) and return the tuning table (save it with
@@ -395,7 +398,9 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     calls, host time included) or ``"graph"`` (the calls captured in a CUDA graph and
     replayed); the final comparison is timed in both, and the table records both.
     ``max_configs`` bounds the candidates per backend (the backend's first, expected best);
-    ``quick`` sets it to 3 when unset and times 10 runs instead of 50. A candidate gets
+    ``quick`` sets it to 3 when unset and times 10 runs instead of 50. ``layout`` gives the
+    major orders of A and B, A's letter first ("n" row-major, "t" column-major: "nt" is
+    ``x @ W.T``); the table's entries are of that layout's family. A candidate gets
     ``timeout_s`` to run and be timed; starting a tuning worker, setting up a problem,
     compiling a backend's candidates in parallel or a problem's final rounds get
     ``compile_timeout_s``; ``max_workers`` bounds a parallel compile's processes.
@@ -428,6 +433,10 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
     if not shape_list or not dtype_list:
         raise InvalidArgument(f"tune: shapes {list(shapes)!r} and dtypes {dtype_list!r}: "
                               "need at least one of each")
+    if layout not in LAYOUTS:
+        raise InvalidArgument(f"tune: layout is {layout!r}: expected one of "
+                              f"{', '.join(LAYOUTS)} (A's and B's major order, 'n' row-major, "
+                              "'t' column-major)")
     names = _backend_names(backends, tuple(source.names))
     if max_configs is not None and max_configs < 1:
         raise InvalidArgument(f"tune: max_configs is {max_configs!r}: must be at least 1")
@@ -450,7 +459,7 @@ def tune(shapes: Iterable[Any], dtypes: Iterable[str] = ("float16",),
 
         startup = cluster.Startup(scheduler, local, compile_timeout_s)
     try:
-        plan = _plan(shape_list, dtype_list, names, source, device, max_configs)
+        plan = _plan(shape_list, dtype_list, names, source, device, max_configs, layout)
         job = Job(plan.specs, [], device, _timer(timer, quick, mode), registry, max_workers,
                   seed, matmul)
         bar = progress_bar(len(plan.items), progress)

@@ -60,12 +60,23 @@ FINAL_WITHIN = 0.10
 FINAL_ROUNDS = 4
 
 
+#: the major orders of A and B a tune takes, A's letter first: "n" row-major, "t" column-major
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+
 @dataclass(frozen=True)
 class Spec:
-    """One problem to tune: a shape and an input dtype."""
+    """One problem to tune: a shape, an input dtype and the major orders of A and B
+    (``layout``: "n" row-major, "t" column-major, A's letter first; "nt" is ``x @ W.T``)."""
 
     shape: Shape
     dtype: str
+    layout: str = "nn"
+
+    @property
+    def layouts(self) -> tuple[str, str]:
+        """(A's, B's) layout as a Problem names them: "row" or "col"."""
+        return tuple("col" if letter == "t" else "row" for letter in self.layout)
 
 
 @dataclass(frozen=True)
@@ -165,7 +176,8 @@ class Job:
 
 
 def random_operands(spec: Spec, device: str, seed: int) -> tuple[Any, Any]:
-    """Fresh random non-zero torch tensors A and B of the spec's shape and dtype."""
+    """Fresh random non-zero torch tensors A and B of the spec's shape, dtype and layouts (a
+    column-major one is the transpose of a row-major tensor)."""
     import torch
 
     from multibackend.core import dtypes
@@ -175,13 +187,16 @@ def random_operands(spec: Spec, device: str, seed: int) -> tuple[Any, Any]:
     gen = torch.Generator(device=device).manual_seed(seed)
     tdtype = dtypes.torch_dtype(spec.dtype)
 
-    def one(rows: int, cols: int):
+    def one(rows: int, cols: int, layout: str):
+        if layout == "col":
+            return one(cols, rows, "row").transpose(-2, -1)
         shape = lead + (rows, cols)
         if dtypes.get(spec.dtype).is_integer:
             return torch.randint(-8, 8, shape, generator=gen, device=device).to(tdtype)
         return (torch.rand(shape, generator=gen, device=device) * 2 - 1).to(tdtype)
 
-    return one(m, k), one(k, n)
+    a_layout, b_layout = spec.layouts
+    return one(m, k, a_layout), one(k, n, b_layout)
 
 
 def figure(rounds: list[Timing], baseline: list[Timing] | None = None) -> Figure:

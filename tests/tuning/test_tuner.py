@@ -28,7 +28,7 @@ from multibackend.io.request import matmul_call
 from multibackend.tuning import runner, tuner
 from multibackend.tuning.suites import SUITES, Shape, parse_shape, suite
 from multibackend.tuning.tuner import summary, tune
-from multibackend.tuning.worker import GpuTimer, Item, figure, public_call
+from multibackend.tuning.worker import GpuTimer, Item, Spec, figure, public_call, random_operands
 
 ENV = {"gpu": "NVIDIA H200", "cc": "9.0", "driver": "13000", "cuda": "13.0",
        "triton": "3.6.0", "nvidia-cutlass": "4.2.0.0", "multibackend": "0.1.0"}
@@ -296,7 +296,7 @@ def test_table_from_this_environment_is_used(tmp_path):
 def test_suites_are_named_and_llm_covers_the_projections():
     assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation",
                            "decode", "few_tile", "misaligned", "misaligned_small",
-                           "calibration_decode", "calibration_misaligned"}
+                           "calibration_decode", "calibration_misaligned", "calibration_large"}
     decode = suite("decode")
     assert {s.m for s in decode} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
     assert len({(s.n, s.k) for s in decode}) >= 8 and Shape(1, 1, 128256, 4096) in decode
@@ -311,6 +311,10 @@ def test_suites_are_named_and_llm_covers_the_projections():
     assert not set(suite("calibration_decode")) & (
         set(suite("decode")) | set(suite("few_tile")) | set(suite("validation")))
     assert not any(synthetic(s.m, s.n, s.k).misaligned for s in suite("calibration_decode"))
+    scored = {Shape(1, 4096, 4096, 4096), Shape(1, 8192, 8192, 8192), Shape(1, 2048, 8192, 4096)}
+    assert not set(suite("calibration_large")) & (
+        scored | set(suite("square")) | set(suite("llm")) | set(suite("few_tile"))
+        | set(suite("validation")))
     llm = suite("llm")
     assert {s.m for s in llm} == {1, 16, 128, 2048, 8192}
     assert Shape(1, 2048, 28672, 8192) in llm and Shape(1, 16, 1024, 4096) in llm
@@ -605,6 +609,33 @@ def test_tuned_table_round_trips_and_drives_lookup(tuned, tmp_path):
     assert tuning.load_tuning(path, tables=tables) == []
     hit = tuning.lookup(synthetic(48, 40, 32, device="cpu", cc=None), tables)
     assert hit.backend == "good" and hit.config.name == "fast"
+
+
+def test_a_layout_tunes_operands_in_its_major_orders_into_its_family():
+    """``layout="nt"`` (``x @ W.T``): the candidates run on a column-major B, and the entry
+    is of the (row, col) family, which a plain A @ B never looks up."""
+    registry = FakeRegistry([FakeBackend("cublas", "good", delay_s=0.03),
+                             FakeBackend("good", "good", configs=("fast",), delay_s=0.008)])
+    table = tune_fake(registry, NominalTimer(), [(48, 40, 32)], timeout_s=3, layout="nt")
+    entry = only_entry(table)
+    assert entry["layout"] == "nt" and (entry["backend"], entry["config"]["name"]) == (
+        "good", "fast")
+    assert entry["family"] == tuning.family(synthetic(48, 40, 32, b_layout="col"))
+    assert entry["family"] != tuning.family(synthetic(48, 40, 32))
+    with pytest.raises(InvalidArgument, match=r"tune: layout is 'nx': expected one of nn, "
+                                              r"nt, tn, tt"):
+        tune_fake(registry, layout="nx")
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_random_operands_come_in_the_layout_asked(layout):
+    torch = pytest.importorskip("torch")
+    a, b = random_operands(Spec(Shape(1, 24, 40, 32), "int8", layout), "cpu", seed=1)
+    assert tuple(a.shape) == (24, 32) and tuple(b.shape) == (32, 40)
+    for t, letter in ((a, layout[0]), (b, layout[1])):
+        assert (t.stride(-2) == 1) == (letter == "t") and (t.stride(-1) == 1) == (letter == "n")
+        assert t.dtype == torch.int8 and int(t.min()) >= -8 and int(t.max()) < 8
+        assert bool((t != 0).any())
 
 
 def test_tune_rejects_bad_arguments():
