@@ -96,6 +96,20 @@ def test_untuned_auto_is_cublas_where_nothing_was_measured():
     assert "no calibration measurement" in d.detail
 
 
+def test_the_shipped_int8_calibration_gives_large_x_at_w_t_products_to_raw_wmma(monkeypatch):
+    """The H200's int8 ``x @ W.T`` entries (cubes from 3072 to 12288 and rectangles between)
+    reach 8192^3 and 4096^3, shapes they were not tuned on, on that GPU model; a plain
+    int8 A @ B (another family) and a small product stay with cuBLAS."""
+    monkeypatch.setattr(calibration.environment, "device_name", lambda device: "NVIDIA H200")
+    for m, n, k in ((8192, 8192, 8192), (4096, 4096, 4096), (2048, 8192, 4096)):
+        advice = calibration.advise(synthetic(m, n, k, "int8", b_layout="col", cc=(9, 0)))
+        assert advice.backend == "raw_wmma", advice.detail
+        assert advice.config is None  # no entry of this very shape: the backend's default
+    assert calibration.advise(synthetic(8192, 8192, 8192, "int8", cc=(9, 0))).backend is None
+    small = synthetic(512, 512, 512, "int8", b_layout="col", cc=(9, 0))
+    assert calibration.advise(small).backend is None
+
+
 def test_cublas_refusing_falls_back_in_order():
     d = dispatch.decide(P, registry=_Registry(refuse=("cublas",)))
     assert (d.backend, d.rule) == ("triton", "fallback")
