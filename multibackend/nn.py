@@ -20,7 +20,9 @@ module objects, parameters, buffers and hooks: only their class changes, as
 
 ``patch(model, fp8="row" | "block")`` makes them :class:`Fp8Linear` instead, for inference: the
 weight quantized to e4m3 once (per output channel, or per 128 x 128 block; again after it
-changes), the input per token (or per 1 x 128 block) on every call, and the scaled product
+changes), the input per token (or per 1 x 128 block) on every call (on a GPU by one Triton
+kernel, :func:`multibackend.backends.triton.quantize.quantize_rows`, where Triton is
+available), and the scaled product
 through :func:`multibackend.matmul` (``scale_a``, ``scale_b``) with the bias added in its
 epilogue on Triton (added after the product on cuBLAS), in the input's dtype.
 """
@@ -154,7 +156,7 @@ class Fp8Linear(Linear):
             self._fp8_weight = (held, values, scales)
         _, values, scales = self._fp8_weight
         rows = input.reshape(-1, input.shape[-1])
-        q, s = quantize(rows, kind_x, operand="A")
+        q, s = _quantized_input(rows, kind_x)
         c = None if bias is None else bias.detach().expand(rows.shape[0], weight.shape[0])
         d = matmul(q, values, c, scale_a=s, scale_b=scales, out_dtype=input.dtype,
                    backend=self.backend)
@@ -162,6 +164,18 @@ class Fp8Linear(Linear):
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, fp8={self.fp8!r}"
+
+
+def _quantized_input(rows: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """An fp8 layer's input rows as e4m3 values and their scales of granularity ``kind``: by
+    one Triton kernel on a GPU where Triton is available (the same bits as
+    :func:`~multibackend.core.scales.quantize`, in one pass over the rows instead of one per
+    torch operation), else by ``quantize``."""
+    if rows.is_cuda and REGISTRY.availability("triton") is None:
+        from multibackend.backends.triton.quantize import quantize_rows
+
+        return quantize_rows(rows, kind)
+    return quantize(rows, kind, operand="A")
 
 
 def _check_module(model: Any, call: str) -> None:

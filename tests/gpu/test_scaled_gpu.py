@@ -116,3 +116,44 @@ def test_a_repeated_scaled_call_is_captured_and_replayed_with_new_scales(kinds):
     with pytest.raises(mb.CaptureError, match="call it once with the same arguments"), \
             torch.cuda.graph(other):
         mb.matmul(qa, qb, scale_a=sa, scale_b=sb, out_dtype="float32")
+
+
+@pytest.mark.parametrize("fp8", ["float8_e4m3fn", "float8_e5m2"])
+@pytest.mark.parametrize("granularity", ["row", "block"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_one_kernel_quantization_is_quantize_bit_for_bit(dtype, granularity, fp8):
+    """Triton's one-kernel quantization of an fp8 layer's input against the torch operations
+    of :func:`multibackend.quantize`, on random rows of magnitudes over six decades (ties and
+    values rounded up to a power of two among them), a zero row, K ragged against 128."""
+    from multibackend.backends.triton.quantize import quantize_rows
+
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    for rows, cols in ((300, 4100), (1, 14336), (7, 100)):
+        x = (torch.randn(rows, cols, generator=gen, device="cuda") * torch.logspace(
+            -3, 3, rows, device="cuda").unsqueeze(1)).to(dtype)
+        x[rows // 2] = 0
+        values, scales = quantize_rows(x, granularity, fp8)
+        expected_values, expected_scales = mb.quantize(x, granularity, dtype=fp8, operand="A")
+        assert torch.equal(scales, expected_scales)
+        assert torch.equal(values.view(torch.uint8), expected_values.view(torch.uint8))
+
+
+def test_an_fp8_layer_quantizes_its_input_in_one_kernel(monkeypatch):
+    """Fp8Linear's input goes through the one-kernel quantization on the GPU, and the layer's
+    output is the one the torch operations' quantization gives."""
+    from multibackend import nn as mb_nn
+    from multibackend.backends.triton import quantize as quantize_module
+
+    calls = []
+    one_kernel = quantize_module.quantize_rows
+    monkeypatch.setattr(quantize_module, "quantize_rows",
+                        lambda *args: (calls.append(args[1]), one_kernel(*args))[1])
+    layer = mb_nn.Fp8Linear(4096, 1024, device="cuda", dtype=torch.bfloat16, fp8="row")
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        got = layer(x)
+        qa, sa = mb.quantize(x, "row", operand="A")
+        _, values, scales = layer._fp8_weight
+        expected = mb.matmul(qa, values, layer.bias.expand(64, 1024), scale_a=sa,
+                             scale_b=scales, out_dtype="bfloat16")
+    assert calls == ["row"] and torch.equal(got, expected)

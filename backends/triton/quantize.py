@@ -1,0 +1,100 @@
+"""fp8 quantization of a matrix's rows in one kernel: the activations of an fp8 layer, quantized
+on every call (:class:`multibackend.nn.Fp8Linear`).
+
+:func:`multibackend.quantize` makes the same values and scales with torch operations: the
+float32 copy of the input, its magnitudes, their maxima, the quotients and the clamp each pass
+over memory. Here one program takes BLOCK_ROWS rows (row-wise: the whole of each row, read
+twice, the second time mostly from L2; block-wise: one 128-wide slice of them), finds the
+largest magnitude of each row or slice, and writes the fp8 values and the float32 scales once.
+The arithmetic is the torch path's: the scale is the largest magnitude over the fp8 type's
+largest finite value, rounded to nearest (1 where all it covers is zero); each value is its
+quotient by the scale, rounded to nearest, clamped to the largest finite value and converted
+rounding to nearest even. For finite inputs both give the same bits.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from multibackend.core import dtypes
+from multibackend.core.errors import InvalidArgument
+from multibackend.core.scales import BLOCK
+
+#: rows per program, and the width of a row-wise program's steps along K
+BLOCK_ROWS = 4
+ROW_STEP = 1024
+
+
+@triton.jit
+def _quantized(x, amax, LARGEST: tl.constexpr):
+    """(the values of ``x`` over their rows' scales, clamped; the scales) for rows whose
+    largest magnitudes are ``amax``."""
+    scale = tl.where(amax > 0, tl.math.div_rn(amax, LARGEST), 1.0)
+    q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale[:, None]), -LARGEST), LARGEST)
+    return q, scale
+
+
+@triton.jit
+def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm,
+                         stride_sm, stride_sk, LARGEST: tl.constexpr,
+                         BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
+                         PER_BLOCK: tl.constexpr):
+    """Row-wise (one scale per row: program (i,) takes rows [i * BLOCK_ROWS, ...) whole) or,
+    with PER_BLOCK, block-wise (one per row and BLOCK_K elements: program (i, j) takes
+    those rows' j-th slice)."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    row_ok = rows < M
+    cols = tl.arange(0, BLOCK_K)
+    x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
+    q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qm
+    if PER_BLOCK:
+        part = tl.program_id(1)
+        offs = part * BLOCK_K + cols
+        mask = row_ok[:, None] & (offs[None, :] < K)
+        x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        q, scale = _quantized(x, tl.max(tl.abs(x), axis=1), LARGEST)
+        tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
+        tl.store(s_ptr + rows * stride_sm + part * stride_sk, scale, mask=row_ok)
+    else:
+        amax = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            offs = start + cols
+            mask = row_ok[:, None] & (offs[None, :] < K)
+            x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+        for start in range(0, K, BLOCK_K):
+            offs = start + cols
+            mask = row_ok[:, None] & (offs[None, :] < K)
+            x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
+            q, scale = _quantized(x.to(tl.float32), amax, LARGEST)
+            tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
+        tl.store(s_ptr + rows * stride_sm, scale, mask=row_ok)
+
+
+def quantize_rows(x: Any, granularity: str, dtype: str = "float8_e4m3fn") -> tuple[Any, Any]:
+    """:func:`multibackend.quantize` of the 2-D float tensor ``x`` as operand A, row-wise
+    (scales (M,)) or block-wise (scales (M, ceil(K/128))), in one kernel on ``x``'s device."""
+    import torch
+
+    if granularity not in ("row", "block"):
+        raise InvalidArgument(f"quantize_rows: granularity is {granularity!r}: expected 'row' "
+                              "or 'block'")
+    rows, cols = x.shape
+    fp8 = dtypes.torch_dtype(dtype)
+    values = torch.empty((rows, cols), dtype=fp8, device=x.device)
+    block = granularity == "block"
+    parts = -(-cols // BLOCK)
+    scales = torch.empty((rows, parts) if block else (rows,), dtype=torch.float32,
+                         device=x.device)
+    if rows == 0 or cols == 0:
+        return values, scales.fill_(1.0)
+    grid = (triton.cdiv(rows, BLOCK_ROWS), parts if block else 1)
+    quantize_rows_kernel[grid](
+        x, values, scales, rows, cols, x.stride(0), x.stride(1), values.stride(0),
+        scales.stride(0), scales.stride(1) if block else 0,
+        LARGEST=float(torch.finfo(fp8).max), BLOCK_ROWS=BLOCK_ROWS,
+        BLOCK_K=BLOCK if block else min(ROW_STEP, triton.next_power_of_2(cols)),
+        PER_BLOCK=block, num_warps=4)
+    return values, scales
