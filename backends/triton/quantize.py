@@ -6,10 +6,10 @@ float32 copy of the input, its magnitudes, their maxima, the quotients and the c
 over memory. Here one program takes BLOCK_ROWS rows (row-wise: the whole of each row, read
 twice, the second time mostly from L2; block-wise: one 128-wide slice of them), finds the
 largest magnitude of each row or slice, and writes the fp8 values and the float32 scales once.
-The arithmetic is the torch path's: the scale is the largest magnitude over the fp8 type's
-largest finite value, rounded to nearest (1 where all it covers is zero); each value is its
-quotient by the scale, rounded to nearest, clamped to the largest finite value and converted
-rounding to nearest even. For finite inputs both give the same bits.
+The arithmetic is the torch path's: the scale is the largest magnitude times the float32
+reciprocal of the fp8 type's largest finite value (1 where all it covers is zero); each value
+is its quotient by the scale, rounded to nearest, clamped to the largest finite value and
+converted rounding to nearest even. For finite inputs both give the same bits.
 """
 from __future__ import annotations
 
@@ -28,12 +28,16 @@ ROW_STEP = 1024
 
 
 @triton.jit
-def _quantized(x, amax, LARGEST: tl.constexpr):
-    """(the values of ``x`` over their rows' scales, clamped; the scales) for rows whose
-    largest magnitudes are ``amax``."""
-    scale = tl.where(amax > 0, tl.math.div_rn(amax, LARGEST), 1.0)
-    q = tl.minimum(tl.maximum(tl.math.div_rn(x, scale[:, None]), -LARGEST), LARGEST)
-    return q, scale
+def _scale(amax, LARGEST: tl.constexpr):
+    """The scales of rows whose largest magnitudes are ``amax``: times the float32 reciprocal
+    of LARGEST, as :func:`~multibackend.core.scales.quantize` computes them; 1 for none."""
+    return tl.where(amax > 0, amax * (1.0 / LARGEST), 1.0)
+
+
+@triton.jit
+def _quantized(x, scale, LARGEST: tl.constexpr):
+    """The values of ``x`` over their rows' ``scale``, rounded to nearest and clamped."""
+    return tl.minimum(tl.maximum(tl.math.div_rn(x, scale[:, None]), -LARGEST), LARGEST)
 
 
 @triton.jit
@@ -54,7 +58,8 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
         offs = part * BLOCK_K + cols
         mask = row_ok[:, None] & (offs[None, :] < K)
         x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
-        q, scale = _quantized(x, tl.max(tl.abs(x), axis=1), LARGEST)
+        scale = _scale(tl.max(tl.abs(x), axis=1), LARGEST)
+        q = _quantized(x, scale, LARGEST)
         tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(s_ptr + rows * stride_sm + part * stride_sk, scale, mask=row_ok)
     else:
@@ -64,11 +69,12 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
             mask = row_ok[:, None] & (offs[None, :] < K)
             x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+        scale = _scale(amax, LARGEST)
         for start in range(0, K, BLOCK_K):
             offs = start + cols
             mask = row_ok[:, None] & (offs[None, :] < K)
             x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
-            q, scale = _quantized(x.to(tl.float32), amax, LARGEST)
+            q = _quantized(x.to(tl.float32), scale, LARGEST)
             tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(s_ptr + rows * stride_sm, scale, mask=row_ok)
 

@@ -87,8 +87,8 @@ def quantize(x: Any, granularity: str = "tensor", *, dtype: str = "float8_e4m3fn
     """``x`` (a 2-D float torch tensor) as fp8 ``values`` and float32 ``scales`` of one
     granularity, for use as ``operand`` ("A" or "B") of a scaled matmul:
     ``matmul(values_a, values_b, scale_a=scales_a, scale_b=scales_b)``. Each scale is the
-    largest magnitude it covers over the fp8 type's largest finite value (1 where all it covers
-    is zero), so that ``scales * values`` approximates ``x`` to the fp8 type's precision."""
+    largest magnitude it covers times the float32 reciprocal of the fp8 type's largest finite
+    value (1 where all it covers is zero), so that ``scales * values`` approximates ``x`` to the fp8 type's precision."""
     import torch
 
     if dtype not in FP8:
@@ -110,7 +110,10 @@ def quantize(x: Any, granularity: str = "tensor", *, dtype: str = "float8_e4m3fn
     else:
         amax = _block_amax(wide, operand)
     largest = torch.finfo(dtypes.torch_dtype(dtype)).max
-    scales = torch.where(amax > 0, amax / largest, torch.ones_like(amax))
+    # times the reciprocal, not over the number: torch's CUDA division by a number multiplies
+    # by its reciprocal and its host division divides, so this gives the same bits on both
+    # (and as Triton's one-kernel quantization, backends/triton/quantize.py)
+    scales = torch.where(amax > 0, amax * (1.0 / largest), torch.ones_like(amax))
     grid = expanded(scales, granularity, operand, rows, cols)
     values = (x.to(torch.float32) / grid).clamp(-largest, largest).to(dtypes.torch_dtype(dtype))
     return values, scales
