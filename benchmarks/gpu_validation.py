@@ -11,7 +11,9 @@ For every problem of the suite and of ``--shape`` (random non-zero operands, tor
 and B in the major orders of ``--layout``: "nt" is ``x @ W.T``) and every mode, the members are
 timed against each other with their runs alternated
 (:func:`multibackend.gpu.timing.time_interleaved`): ``torch`` (torch's own call for the dtype:
-``torch.matmul(A, B)``, ``torch._int_mm(A, B)`` for int8), ``auto``
+``torch.matmul(A, B)``, ``torch._int_mm(A, B)`` for int8, ``torch._scaled_mm(A, B)`` with unit
+scales for fp8, into the library's float32 D; ``--dtype tf32`` is float32 operands with TF32
+allowed in torch and ``precision="tf32"`` in every member's call), ``auto``
 (``multibackend.matmul(A, B)`` with no tuning table), ``auto_autotune`` (the same call with
 first-call autotuning in this mode: its first call, outside the timing, measures and keeps
 the winner) and any backend named with ``--member`` (``backend=<name>``, or
@@ -62,39 +64,51 @@ def parse() -> argparse.Namespace:
     return p.parse_args()
 
 
+#: the benchmark's name for float32 operands multiplied in TF32
+TF32 = "tf32"
+
+
+def operand_dtype(name: str) -> tuple[str, dict]:
+    """(the operands' dtype, the options of every member's call) of a ``--dtype`` name."""
+    return ("float32", {"precision": "tf32"}) if name == TF32 else (name, {})
+
+
 def torch_call(a, b):
-    """torch's own call for A's dtype on these operands: ``torch._int_mm`` for int8, else
-    ``torch.matmul``."""
+    """torch's own call for A's dtype on these operands: ``torch._int_mm`` for int8,
+    ``torch._scaled_mm`` with unit scales into float32 for fp8, else ``torch.matmul``."""
     import torch
 
-    if getattr(a, "dtype", None) == torch.int8:
+    kind = getattr(a, "dtype", None)
+    if kind == torch.int8:
         return lambda: torch._int_mm(a, b)
+    if kind in (torch.float8_e4m3fn, torch.float8_e5m2):
+        one = torch.ones((), device=a.device)
+        return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.float32)
     return lambda: torch.matmul(a, b)
 
 
-def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | None = None
-                 ) -> dict:
-    """torch's own call (:func:`torch_call`) as :data:`BASE`, then a call per member: ``auto`` (no table),
+def member_calls(names: list[str], a, b, mode: str = "eager", configs: dict | None = None,
+                 options: dict | None = None) -> dict:
+    """torch's own call (:func:`torch_call`) as :data:`BASE`, then a call per member, each
+    with ``options`` (e.g. ``precision="tf32"``): ``auto`` (no table),
     ``auto_autotune`` (first-call autotuning in ``mode``), a backend's name (its default
     config, or ``configs[name]``: left out where that is None, the backend offering none) or
     ``<name>:<config>`` (that config)."""
-    import torch
-
     import multibackend as mb
 
-    configs = configs or {}
+    configs, options = configs or {}, options or {}
     calls = {BASE: torch_call(a, b)}
     for name in names:
         if name == "auto":
-            calls[name] = lambda: mb.matmul(a, b)
+            calls[name] = lambda: mb.matmul(a, b, **options)
         elif name == "auto_autotune":
-            calls[name] = lambda: mb.matmul(a, b, autotune=mode)
+            calls[name] = lambda: mb.matmul(a, b, autotune=mode, **options)
         elif name not in configs or configs[name] is not None:
             backend, _, named = name.partition(":")
             config = configs.get(name, named or None)  # none passed: the shortest call path
             kwargs = {"backend": backend} if config is None else {"backend": backend,
                                                                   "config": config}
-            calls[name] = lambda kwargs=kwargs: mb.matmul(a, b, **kwargs)
+            calls[name] = lambda kwargs={**kwargs, **options}: mb.matmul(a, b, **kwargs)
     return calls
 
 
@@ -117,12 +131,13 @@ def write_report(path: Path, rows: list[dict], lines: list[str], notes: list[str
         print("  note:", note, flush=True)
 
 
-def _chosen(a, b, mode: str) -> dict:
-    """Row fields for ``auto`` and ``auto_autotune`` on these operands (explain()): the
-    backend the call runs, and the rule and figures that chose it."""
+def _chosen(a, b, mode: str, options: dict) -> dict:
+    """Row fields for ``auto`` and ``auto_autotune`` on these operands and options
+    (explain()): the backend the call runs, and the rule and figures that chose it."""
     import multibackend as mb
 
-    decisions = {"auto": mb.explain(a, b), "auto_autotune": mb.explain(a, b, autotune=mode)}
+    decisions = {"auto": mb.explain(a, b, **options),
+                 "auto_autotune": mb.explain(a, b, autotune=mode, **options)}
     return {name: {"chosen": d.backend, "why": f"{d.rule}: {d.detail}"}
             for name, d in decisions.items()}
 
@@ -211,6 +226,9 @@ def main() -> int:
     members = args.members or ["auto", "auto_autotune"]
     if args.layout not in LAYOUTS:
         raise SystemExit(f"--layout {args.layout}: expected one of {', '.join(LAYOUTS)}")
+    if any(d.startswith("float8") for d in dtypes_) and args.layout != "nt":
+        raise SystemExit(f"--dtype float8_*: torch._scaled_mm takes A row-major and B "
+                         f"column-major: give --layout nt (not {args.layout})")
     named = args.suite or ("validation" if not args.shape else None)
     shapes = ((suite(named) if named else ()) + tuple(map(parse_shape, args.shape)))[:args.limit]
     label = named or "shapes"
@@ -225,19 +243,21 @@ def main() -> int:
         rows, notes = [], []
         for dtype in dtypes_:
             for i, shape in enumerate(shapes):
-                spec = Spec(shape, dtype, args.layout)
+                kind, options = operand_dtype(dtype)
+                torch.backends.cuda.matmul.allow_tf32 = dtype == TF32
+                spec = Spec(shape, kind, args.layout)
                 a, b = random_operands(spec, "cuda", seed=i)
                 a_layout, b_layout = spec.layouts
-                problem = synthetic(shape.m, shape.n, shape.k, dtype, batch=shape.batch, cc=cc,
-                                    a_layout=a_layout, b_layout=b_layout)
+                problem = synthetic(shape.m, shape.n, shape.k, kind, batch=shape.batch, cc=cc,
+                                    a_layout=a_layout, b_layout=b_layout, **options)
                 problem_notes: list = []
-                calls = checked(member_calls(members, a, b, mode), a, b, problem,
-                                problem_notes)
+                calls = checked(member_calls(members, a, b, mode, options=options), a, b,
+                                problem, problem_notes)
                 notes += [f"{dtype} {shape.label}: {n}" for n in problem_notes]
                 timed = time_interleaved(calls, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)
                 base = timed[BASE].median_ms
-                chosen = _chosen(a, b, mode)
+                chosen = _chosen(a, b, mode, options)
                 paired = paired_vs_fastest(timed)
                 for name, t in timed.items():
                     rows.append({"dtype": dtype, "m": shape.m, "n": shape.n, "k": shape.k,

@@ -31,6 +31,13 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
+- ``validation_wide``: ``validation`` and more shapes no choice was made on: odd cubes from 503
+  to 2600, the vocabulary heads of four tokenizers (32000, 50257, 128256 and 151936 words) at
+  M from 1 to 8192, deep K (32768 to 65536) under small M x N, and more batches: the 16-bit
+  problems of the wide validation.
+- ``validation_types``: shapes for the other dtypes of the wide validation (int8, fp8, tf32,
+  f64), every side a multiple of 16 (cuBLASLt's int8 and fp8 need it): cubes, LLM
+  projections at several token counts, a vocabulary head and a deep-K product.
 - ``calibration_large``: large aligned products (cubes from 3072 to 12288 and rectangles
   between) that the committed calibration of a dtype's large end (int8) is tuned on, none of
   them a shape it is scored on (4096^3, 8192^3, 2048x8192x4096, ``square``, ``llm``).
@@ -94,6 +101,22 @@ VALIDATION_BATCHED = (Shape(16, 256, 256, 256), Shape(8, 1024, 1024, 1024),
                       Shape(12, 1024, 64, 1024))
 
 
+#: validation_wide's shapes beyond validation's
+WIDE_CUBES = tuple(Shape(1, s, s, s) for s in (503, 640, 1000, 1331, 1500, 1777, 2047, 2333,
+                                               2600))
+VOCABULARIES = (32000, 50257, 128256, 151936)
+VOCABULARY_TOKENS = (1, 8, 64, 512, 2048, 8192)
+DEEP_K = (Shape(1, 64, 64, 65536), Shape(1, 128, 128, 32768), Shape(1, 256, 256, 49152),
+          Shape(1, 16, 1024, 32768), Shape(1, 512, 128, 65536), Shape(1, 32, 4096, 32768))
+WIDE_BATCHED = (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 4096, 4096, 128))
+#: validation_types: every side a multiple of 16
+TYPES_SHAPES = (Shape(1, 1024, 1024, 1024), Shape(1, 3584, 3584, 3584), Shape(1, 6016, 6016, 6016),
+                Shape(1, 16, 4096, 4096), Shape(1, 64, 14336, 4096), Shape(1, 512, 4096, 14336),
+                Shape(1, 2048, 6144, 4096), Shape(1, 4096, 4096, 4096),
+                Shape(1, 8192, 28672, 8192), Shape(1, 128, 128256, 4096),
+                Shape(1, 256, 256, 32768), Shape(1, 1008, 2032, 3056))
+
+
 def _llm() -> tuple[Shape, ...]:
     pairs = list(dict.fromkeys(nk for model in LLM_PROJECTIONS.values()
                                for nk in model.values()))
@@ -151,6 +174,10 @@ SUITES: dict[str, tuple[Shape, ...]] = {
         Shape(1, 2049, 2047, 2045), Shape(1, 2500, 2999, 3001), Shape(1, 3583, 3585, 3581),
         Shape(1, 6143, 6145, 6141), Shape(1, 1024, 32003, 4096), Shape(1, 16, 4097, 4095),
         Shape(1, 128, 11009, 4095), Shape(1, 32, 6143, 4097), Shape(1, 300, 301, 303)),
+    "validation_wide": _validation() + WIDE_CUBES + tuple(
+        Shape(1, m, n, 4096) for n in VOCABULARIES for m in VOCABULARY_TOKENS) + DEEP_K
+    + WIDE_BATCHED,
+    "validation_types": TYPES_SHAPES,
     "calibration_large": tuple(Shape(1, s, s, s) for s in (3072, 5120, 6144, 12288)) + (
         Shape(1, 3072, 6144, 5120), Shape(1, 6144, 12288, 6144), Shape(1, 12288, 5120, 6144)),
 }

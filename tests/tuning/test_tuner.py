@@ -296,7 +296,8 @@ def test_table_from_this_environment_is_used(tmp_path):
 def test_suites_are_named_and_llm_covers_the_projections():
     assert set(SUITES) == {"square", "llm", "odd", "skinny", "batched", "validation",
                            "decode", "few_tile", "misaligned", "misaligned_small",
-                           "calibration_decode", "calibration_misaligned", "calibration_large"}
+                           "calibration_decode", "calibration_misaligned", "calibration_large",
+                           "validation_wide", "validation_types"}
     decode = suite("decode")
     assert {s.m for s in decode} == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
     assert len({(s.n, s.k) for s in decode}) >= 8 and Shape(1, 1, 128256, 4096) in decode
@@ -311,6 +312,14 @@ def test_suites_are_named_and_llm_covers_the_projections():
     assert not set(suite("calibration_decode")) & (
         set(suite("decode")) | set(suite("few_tile")) | set(suite("validation")))
     assert not any(synthetic(s.m, s.n, s.k).misaligned for s in suite("calibration_decode"))
+    tuned = (set(suite("calibration_large")) | set(suite("calibration_decode"))
+             | set(suite("calibration_misaligned")))
+    wide, types = suite("validation_wide"), suite("validation_types")
+    assert set(suite("validation")) <= set(wide) and not (set(wide) | set(types)) & tuned
+    assert 2 * len(wide) + 4 * len(types) >= 250  # f16 and bf16; int8, fp8, tf32 and f64
+    assert {s.n for s in wide} >= {32000, 50257, 128256, 151936}
+    assert any(s.k >= 32768 and s.m * s.n <= 65536 for s in wide)
+    assert all(s.m % 16 == 0 and s.n % 16 == 0 and s.k % 16 == 0 for s in types)
     scored = {Shape(1, 4096, 4096, 4096), Shape(1, 8192, 8192, 8192), Shape(1, 2048, 8192, 4096)}
     assert not set(suite("calibration_large")) & (
         scored | set(suite("square")) | set(suite("llm")) | set(suite("few_tile"))
@@ -1019,6 +1028,14 @@ def test_benchmark_members_call_as_named_and_leave_out_a_backend_offering_nothin
     seen.clear()
     validation.member_calls(["cutlass"], "A", "B", configs={"cutlass": "k"})["cutlass"]()
     assert seen == [("A", "B", {"backend": "cutlass", "config": "k"})]
+    seen.clear()
+    kind, options = validation.operand_dtype("tf32")
+    assert (kind, options) == ("float32", {"precision": "tf32"})
+    calls = validation.member_calls(["auto", "triton"], "A", "B", options=options)
+    for name in ("auto", "triton"):
+        calls[name]()
+    assert seen == [("A", "B", {"precision": "tf32"}),
+                    ("A", "B", {"backend": "triton", "precision": "tf32"})]
     validation.write_report(tmp_path / "rows.json", [{"ms": 1.5}], ["summary"], ["a note"])
     assert json.loads((tmp_path / "rows.json").read_text()) == [{"ms": 1.5}]
     assert capsys.readouterr().out == "summary\n  note: a note\n"
