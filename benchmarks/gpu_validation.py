@@ -254,6 +254,10 @@ def main() -> int:
                 calls = checked(member_calls(members, a, b, mode, options=options), a, b,
                                 problem, problem_notes)
                 notes += [f"{dtype} {shape.label}: {n}" for n in problem_notes]
+                if BASE not in calls:  # torch's own call refused it: nothing to compare to
+                    print(f"{mode} {dtype} {shape.label}: skipped ({problem_notes[0]})",
+                          flush=True)
+                    continue
                 timed = time_interleaved(calls, mode=mode, reps=args.reps,
                                          max_seconds=args.max_seconds)
                 base = timed[BASE].median_ms

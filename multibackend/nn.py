@@ -171,7 +171,8 @@ def _quantized_input(rows: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch
     one Triton kernel on a GPU where Triton is available (the same bits as
     :func:`~multibackend.core.scales.quantize`, in one pass over the rows instead of one per
     torch operation), else by ``quantize``."""
-    if rows.is_cuda and REGISTRY.availability("triton") is None:
+    if rows.is_cuda and torch.cuda.get_device_capability(rows.device) >= (8, 9) \
+            and REGISTRY.availability("triton") is None:  # fp8 conversions from sm_89 on
         from multibackend.backends.triton.quantize import quantize_rows
 
         return quantize_rows(rows, kind)

@@ -364,7 +364,7 @@ class TritonBackend(SplitKLaunches, Backend):
         split-K candidates on the caller's operands (skinny and few-tile products), the
         first two pointer candidates, and the largest pointer tile that still gives every
         multiprocessor a tile (small problems)."""
-        tiles = self.configs(problem)[1:]
+        tiles = [c for c in self.configs(problem) if c.name != "autotune"]
         pointer = [c for c in tiles if tile_of(c).kind == "pointer"]
         tma_splits = [c for c in tiles if tile_of(c).kind == "tma_splitk"][:TMA_SPLITK_SHORTLIST]
         split = [c for c in tiles

@@ -13,6 +13,7 @@ converted rounding to nearest even. For finite inputs both give the same bits.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import triton
@@ -50,14 +51,14 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
     those rows' j-th slice)."""
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = rows < M
-    cols = tl.arange(0, BLOCK_K)
+    cols = tl.arange(0, BLOCK_K)  # offsets in 64 bits: a transposed input's columns stride far
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
     q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qm
     if PER_BLOCK:
         part = tl.program_id(1)
         offs = part * BLOCK_K + cols
         mask = row_ok[:, None] & (offs[None, :] < K)
-        x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
         scale = _scale(tl.max(tl.abs(x), axis=1), LARGEST)
         q = _quantized(x, scale, LARGEST)
         tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
@@ -67,13 +68,13 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
         for start in range(0, K, BLOCK_K):
             offs = start + cols
             mask = row_ok[:, None] & (offs[None, :] < K)
-            x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
+            x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
         scale = _scale(amax, LARGEST)
         for start in range(0, K, BLOCK_K):
             offs = start + cols
             mask = row_ok[:, None] & (offs[None, :] < K)
-            x = tl.load(x_rows + offs[None, :] * stride_xk, mask=mask, other=0.0)
+            x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
             q = _quantized(x.to(tl.float32), scale, LARGEST)
             tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(s_ptr + rows * stride_sm, scale, mask=row_ok)
@@ -97,10 +98,12 @@ def quantize_rows(x: Any, granularity: str, dtype: str = "float8_e4m3fn") -> tup
     if rows == 0 or cols == 0:
         return values, scales.fill_(1.0)
     grid = (triton.cdiv(rows, BLOCK_ROWS), parts if block else 1)
-    quantize_rows_kernel[grid](
-        x, values, scales, rows, cols, x.stride(0), x.stride(1), values.stride(0),
-        scales.stride(0), scales.stride(1) if block else 0,
-        LARGEST=float(torch.finfo(fp8).max), BLOCK_ROWS=BLOCK_ROWS,
-        BLOCK_K=BLOCK if block else min(ROW_STEP, triton.next_power_of_2(cols)),
-        PER_BLOCK=block, num_warps=4)
+    with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
+        # on x's GPU and its current stream (Triton launches on the current device's)
+        quantize_rows_kernel[grid](
+            x, values, scales, rows, cols, x.stride(0), x.stride(1), values.stride(0),
+            scales.stride(0), scales.stride(1) if block else 0,
+            LARGEST=float(torch.finfo(fp8).max), BLOCK_ROWS=BLOCK_ROWS,
+            BLOCK_K=BLOCK if block else min(ROW_STEP, triton.next_power_of_2(cols)),
+            PER_BLOCK=block, num_warps=4)
     return values, scales

@@ -176,15 +176,16 @@ def scale_strides(kind: str, operand: str, scale: Any) -> tuple[int, int]:
 def config_fault(problem: Problem, config: Config) -> str | None:
     """Why ``config`` cannot run the scaled ``problem``, or None: the scaled kernels take the
     pointer kernel's tiles and persistent TMA ones (the layouts those are written for are
-    :func:`~.configs.config_fault`'s to check), and block-wise scales a BLOCK_K dividing
-    128."""
+    :func:`~.configs.config_fault`'s to check), with a BLOCK_K dividing 128."""
     tile = tile_of(config)
     if tile.kind not in ("pointer", "tma"):
         return (f"config {config.name!r} is a {tile.kind} tile: scaled fp8 products run the "
                 "pointer kernel's tiles and persistent TMA ones only")
-    if "block" in problem.scales and BLOCK % tile.block_k:
-        return (f"config {config.name!r} has BLOCK_K {tile.block_k}: block-wise scales need a "
-                f"BLOCK_K dividing {BLOCK}, so that each step of K lies in one scale block")
+    if BLOCK % tile.block_k:
+        return (f"config {config.name!r} has BLOCK_K {tile.block_k}: scaled fp8 products need "
+                f"a BLOCK_K dividing {BLOCK}, so that the tensor cores' sums are added in "
+                f"float32 after at most {BLOCK} elements of K and each step of K lies in one "
+                "scale block")
     return None
 
 
@@ -192,13 +193,15 @@ def launch(problem: Problem, ops: Operands, config: Config,
            sm_count: Callable[[], int]) -> None:
     """One launch of the scaled kernel of ``config``'s kind on the batch-1 operands ``ops``,
     on a GPU of ``sm_count()`` multiprocessors. A TMA tile whose A or B is off the TMA unit's
-    16-byte grid as it is at launch runs the pointer kernel's default scaled tile."""
+    16-byte grid as it is at launch runs the pointer kernel's first scaled tile (of 64 rows
+    where M is 64 or less)."""
     tile = tile_of(config)
     if tile.kind == "tma":
         if _operands_ready(problem, ops):
             _launch_tma(problem, ops, config, sm_count())
             return
-        config = pointer_tile(POINTER_TILES[1][0])
+        config = pointer_tile(next(t for t in POINTER_TILES[1]
+                                   if problem.m > 64 or t[0] <= 64))
         tile = tile_of(config)
     a, b, d = ops.a[0], ops.b[0], ops.d[0]
     c = ops.c[0] if ops.c is not None else None

@@ -31,12 +31,14 @@ Each suite is a tuple of :class:`Shape` ``(batch, M, N, K)``:
 - ``calibration_misaligned``: other misaligned shapes, from 300 to 6145 on a side, that the
   committed calibration of the misaligned path is tuned on (never the shapes it is scored
   on).
-- ``validation_wide``: ``validation`` and more shapes no choice was made on: odd cubes from 503
-  to 2600, the vocabulary heads of four tokenizers (32000, 50257, 128256 and 151936 words) at
+- ``validation_wide``: ``validation`` and more shapes no shipped calibration was tuned on (some
+  are in the benchmark suites ``odd``, ``few_tile``, ``batched`` and ``decode``): odd cubes from
+  503 to 2600, the vocabulary heads of four tokenizers (32000, 50257, 128256 and 151936 words) at
   M from 1 to 8192, deep K (32768 to 65536) under small M x N, and more batches: the 16-bit
   problems of the wide validation.
 - ``validation_types``: shapes for the other dtypes of the wide validation (int8, fp8, tf32,
-  f64), every side a multiple of 16 (cuBLASLt's int8 and fp8 need it): cubes, LLM
+  f64), none a calibration shape, every side a multiple of 16 and M above 16 (cuBLASLt's int8
+  and fp8 need it): cubes, LLM
   projections at several token counts, a vocabulary head and a deep-K product.
 - ``calibration_large``: large aligned products (cubes from 3072 to 12288 and rectangles
   between) that the committed calibration of a dtype's large end (int8) is tuned on, none of
@@ -111,7 +113,7 @@ DEEP_K = (Shape(1, 64, 64, 65536), Shape(1, 128, 128, 32768), Shape(1, 256, 256,
 WIDE_BATCHED = (Shape(64, 128, 128, 128), Shape(32, 512, 512, 512), Shape(8, 4096, 4096, 128))
 #: validation_types: every side a multiple of 16
 TYPES_SHAPES = (Shape(1, 1024, 1024, 1024), Shape(1, 3584, 3584, 3584), Shape(1, 6016, 6016, 6016),
-                Shape(1, 16, 4096, 4096), Shape(1, 64, 14336, 4096), Shape(1, 512, 4096, 14336),
+                Shape(1, 32, 4096, 4096), Shape(1, 64, 14336, 4096), Shape(1, 512, 4096, 14336),
                 Shape(1, 2048, 6144, 4096), Shape(1, 4096, 4096, 4096),
                 Shape(1, 8192, 28672, 8192), Shape(1, 128, 128256, 4096),
                 Shape(1, 256, 256, 32768), Shape(1, 1008, 2032, 3056))

@@ -20,10 +20,10 @@ torch = pytest.importorskip("torch")
 M, N, K = 40, 72, 300  # K and N ragged against the 128-wide blocks
 
 
-def _operands(dtype: str = "float8_e4m3fn", seed: int = 3, k: int = K):
+def _operands(dtype: str = "float8_e4m3fn", seed: int = 3, k: int = K, n: int = N):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(M, k, generator=gen) * torch.logspace(-2, 2, M).unsqueeze(1)
-    w = torch.randn(k, N, generator=gen) * torch.logspace(-1, 1, N)
+    w = torch.randn(k, n, generator=gen) * torch.logspace(-1, 1, n)
     return x, w
 
 
@@ -69,9 +69,9 @@ def test_every_granularity_pair_on_the_host_matches_the_scaled_product(kind_a, k
 def test_the_persistent_tma_kernel_matches_the_scaled_product(kind_a, kind_b, with_c,
                                                              monkeypatch):
     """Triton's scaled TMA kernel (B column-major, D bfloat16) in 32x32x32 tiles, four programs
-    walking six output tiles, K = 304 (rows of A and B on the TMA unit's 16-byte grid; two
-    whole blocks of 128 and a ragged one): D stored by the TMA unit without C, through the
-    pointer epilogue with it. The interpreter truncates float32 to bfloat16 (a GPU rounds it
+    walking fourteen output tiles, K = 304 (rows of A and B on the TMA unit's 16-byte grid;
+    two whole blocks of 128 and a ragged one), N = 200 (B's block-wise scales in two columns
+    of blocks): D stored by the TMA unit without C, through the pointer epilogue with it. The interpreter truncates float32 to bfloat16 (a GPU rounds it
     to nearest): within 2**-7 of each value."""
     if not _interpreting():
         pytest.skip("Triton runs host arrays in its interpreter only (TRITON_INTERPRET=1)")
@@ -84,13 +84,14 @@ def test_the_persistent_tma_kernel_matches_the_scaled_product(kind_a, kind_b, wi
     tma = scaled_module._launch_tma
     monkeypatch.setattr(scaled_module, "_launch_tma",
                         lambda *args: (launched.append(True), tma(*args)))
-    x, w = _operands(k=304)
+    x, w = _operands(k=304, n=200)
     x[:, 128:256] *= 50
     w[256:] *= 0.01
+    w[:, 128:] *= 30  # B's second column of blocks scaled far from its first
     qa, sa = mb.quantize(x, kind_a, operand="A")
     qb, sb = mb.quantize(w, kind_b, operand="B")
     qb = qb.T.contiguous().T
-    c = (torch.randn(M, N, generator=torch.Generator().manual_seed(9)).bfloat16() if with_c
+    c = (torch.randn(M, 200, generator=torch.Generator().manual_seed(9)).bfloat16() if with_c
          else None)
     d = mb.matmul(qa, qb, c, alpha=0.5, beta=-2.0 if with_c else None, scale_a=sa,
                   scale_b=sb, out_dtype="bfloat16", backend="triton",
@@ -138,6 +139,19 @@ def test_a_scaled_problem_is_offered_the_tma_tiles_written_for_it(m, kinds, b_la
         assert offered[0].kind == "tma" and (offered[0].block_m, offered[0].block_n) == first
         assert len(tma) == len(SCALED_TMA_TILES)
         assert all(backend.check_config(problem, t.config()) is None for t in tma)
+
+
+def test_first_call_autotuning_of_a_scaled_problem_times_its_first_tile(monkeypatch):
+    """A scaled problem's configs have no "autotune" placeholder ahead of them: the
+    shortlist starts at the first tile offered, not the second."""
+    from multibackend.backends.triton import backend as backend_module
+
+    problem = synthetic(4096, 4096, 4096, "float8_e4m3fn", b_layout="col", cc=(9, 0)).with_(
+        scales=("row", "row"))
+    monkeypatch.setattr(backend_module, "interpreting", lambda: False)
+    backend = REGISTRY.get("triton")
+    offered = backend.configs(problem)
+    assert offered[0].name != "autotune" and offered[0] in backend._shortlist(problem, 132)
 
 
 def test_e5m2_with_a_number_as_a_scale_and_bfloat16_out():
@@ -223,16 +237,22 @@ def test_a_scaled_call_under_torch_compile_is_refused_naming_why(monkeypatch):
         mb.matmul(qa, qa, scale_a=torch.ones(()))
 
 
-def test_triton_offers_for_block_scales_only_tiles_whose_steps_lie_in_one_block():
+def test_triton_offers_scaled_products_only_tiles_whose_steps_lie_in_one_block():
+    """A step of K in one scale block, and the tensor cores' sums added in float32 after at
+    most 128 elements of K, whatever the scales."""
     from multibackend.backends.triton.configs import pointer_tile
     from multibackend.backends.triton.scaled import config_fault
 
     problem = synthetic(256, 512, 1024, "float8_e4m3fn", b_layout="col", cc=(9, 0)).with_(
         scales=("block", "tensor"))
-    assert "BLOCK_K 96: block-wise scales need a BLOCK_K dividing 128" in config_fault(
-        problem, pointer_tile((64, 64, 96, 4, 3, 8)))
-    assert config_fault(problem.with_(scales=("row", "row")),
-                        pointer_tile((64, 64, 96, 4, 3, 8))) is None
+    for kinds in (("block", "tensor"), ("row", "row")):
+        for block_k in (96, 256):
+            fault = config_fault(problem.with_(scales=kinds),
+                                 pointer_tile((64, 64, block_k, 4, 3, 8)))
+            assert f"BLOCK_K {block_k}: scaled fp8 products need a BLOCK_K dividing 128" \
+                in fault, fault
+        assert config_fault(problem.with_(scales=kinds),
+                            pointer_tile((64, 64, 64, 4, 3, 8))) is None
     offered = REGISTRY.get("triton").configs(problem)
     assert offered and all(config_fault(problem, c) is None for c in offered)
 

@@ -236,6 +236,18 @@ def test_scaled_fp8_tma_kernel_compiles_to_e4m3_wgmma_fed_and_stored_by_tma(mode
     assert info["f32_adds"] >= 128 * 256 // 256, info
 
 
+@pytest.mark.parametrize("mode", ["row", "block"])
+def test_one_kernel_quantization_divides_and_converts_rounding_to_nearest(mode):
+    """The quantization's arithmetic as compiled for sm_90 (the interpreter's fp8 conversion
+    rounds otherwise; see tests/backends/test_triton_quantize.py): IEEE division (div.rn,
+    not Triton's default approximate one), conversion to e4m3 rounding to nearest even, and
+    no element-by-element loads of contiguous rows."""
+    info = _aot("quantize", mode)
+    assert info["target"] and info["div_rn"] > 0 and info["div_approx"] == 0, info
+    assert info["cvt_e4m3_rn"] > 0 and info["element_loads"] == 0, info
+    assert mode == "block" or info["vector_loads"] > 0, info
+
+
 def test_float32_precision_modes_reach_the_tensor_cores_as_asked():
     """float32 operands as the backend launches them: "ieee" on no tensor core (the
     interpreter ignores the mode, so only the compiled kernel tells), "tf32" on tf32 wgmma,

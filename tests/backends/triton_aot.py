@@ -6,6 +6,7 @@ the rest of the CPU tier uses must not be set when kernels are compiled for real
         pointer_{a|b}_{row|col}_8s_{unit|plain}} {float16|bfloat16}
     python tests/backends/triton_aot.py float32 {ieee|tf32|tf32x3}
     python tests/backends/triton_aot.py {scaled|scaled_tma} {epilogue|block}
+    python tests/backends/triton_aot.py quantize {row|block}
 """
 from __future__ import annotations
 
@@ -173,6 +174,27 @@ def compile_scaled_tma(mode: str):
                           options={"num_warps": warps, "num_stages": stages})
 
 
+def compile_quantize(mode: str):
+    """The one-kernel fp8 quantization (bfloat16 rows in, e4m3 out) row-wise (``mode``
+    "row") or block-wise ("block"), contiguous rows."""
+    import torch
+
+    from multibackend.backends.triton import quantize
+
+    fn = quantize.quantize_rows_kernel
+    block = mode == "block"
+    consts = dict(stride_xk=1, LARGEST=float(torch.finfo(torch.float8_e4m3fn).max),
+                  BLOCK_ROWS=quantize.BLOCK_ROWS,
+                  BLOCK_K=128 if block else quantize.ROW_STEP, PER_BLOCK=block)
+    types = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32"}
+    args = [(name, types.get(name, "i32")) for name in fn.arg_names if name not in consts]
+    aligned = {(fn.arg_names.index(name),): [["tt.divisibility", 16]]
+               for name in ("x_ptr", "q_ptr", "s_ptr", "K", "stride_xm", "stride_qm")}
+    src = triton.compiler.ASTSource(fn=fn, signature=_signature(args, consts),
+                                    constexprs=consts, attrs=aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
 def compile_dot(dtype: str):
     t = f"*{TYPES[dtype]}"
     args = [("x_ptr", t), ("y_ptr", t), ("partial_ptr", "*fp32"), ("n", "i32")]
@@ -191,6 +213,7 @@ def main() -> None:
         return
     compiled = {"pointer": compile_pointer, "tma": compile_tma, "dot": compile_dot,
                 "scaled": compile_scaled, "scaled_tma": compile_scaled_tma,
+                "quantize": compile_quantize,
                 "float32": lambda precision: compile_pointer("float32", precision),
                 "tma_pointer_d": lambda d: compile_tma(d, d_tma=False),
                 "tma_c_n8_unit": lambda d: compile_tma(d, False, TMA_TILES[2], True, 8),
@@ -218,6 +241,9 @@ def main() -> None:
         "async_copies": ptx.count("cp.async.cg.shared.global") + ptx.count(
             "cp.async.ca.shared.global"),
         "shared": compiled.metadata.shared,
+        "div_rn": ptx.count("div.rn.f32"),
+        "div_approx": ptx.count("div.full.f32") + ptx.count("div.approx.f32"),
+        "cvt_e4m3_rn": ptx.count("cvt.rn.satfinite.e4m3x2.f32"),
     }))
 
 
