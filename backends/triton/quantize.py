@@ -58,7 +58,8 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
         part = tl.program_id(1)
         offs = part * BLOCK_K + cols
         mask = row_ok[:, None] & (offs[None, :] < K)
-        x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
+        x = x.to(tl.float32)
         scale = _scale(tl.max(tl.abs(x), axis=1), LARGEST)
         q = _quantized(x, scale, LARGEST)
         tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)

@@ -71,8 +71,9 @@ def test_the_persistent_tma_kernel_matches_the_scaled_product(kind_a, kind_b, wi
     """Triton's scaled TMA kernel (B column-major, D bfloat16) in 32x32x32 tiles, four programs
     walking fourteen output tiles, K = 304 (rows of A and B on the TMA unit's 16-byte grid;
     two whole blocks of 128 and a ragged one), N = 200 (B's block-wise scales in two columns
-    of blocks): D stored by the TMA unit without C, through the pointer epilogue with it. The interpreter truncates float32 to bfloat16 (a GPU rounds it
-    to nearest): within 2**-7 of each value."""
+    of blocks): D stored by the TMA unit without C, through the pointer epilogue with it.
+    The interpreter truncates float32 to bfloat16 (a GPU rounds it to nearest): within 2**-7
+    of each value."""
     if not _interpreting():
         pytest.skip("Triton runs host arrays in its interpreter only (TRITON_INTERPRET=1)")
     from multibackend.backends.triton import backend as backend_module
