@@ -28,6 +28,7 @@ epilogue on Triton (added after the product on cuBLAS), in the input's dtype.
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -171,12 +172,19 @@ def _quantized_input(rows: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch
     one Triton kernel on a GPU where Triton is available (the same bits as
     :func:`~multibackend.core.scales.quantize`, in one pass over the rows instead of one per
     torch operation), else by ``quantize``."""
-    if rows.is_cuda and torch.cuda.get_device_capability(rows.device) >= (8, 9) \
-            and REGISTRY.availability("triton") is None:  # fp8 conversions from sm_89 on
+    if rows.is_cuda and _one_kernel(rows.device.index):
         from multibackend.backends.triton.quantize import quantize_rows
 
         return quantize_rows(rows, kind)
     return quantize(rows, kind, operand="A")
+
+
+@functools.lru_cache(maxsize=None)
+def _one_kernel(index: int | None) -> bool:
+    """Whether GPU ``index`` quantizes by the Triton kernel: Triton available, and fp8
+    conversions in hardware (sm_89 or later). Asked once per GPU."""
+    return (torch.cuda.get_device_capability(index) >= (8, 9)
+            and REGISTRY.availability("triton") is None)
 
 
 def _check_module(model: Any, call: str) -> None:
