@@ -23,7 +23,8 @@ result is first checked against the float64 reference; a wrong member is reporte
 out of the timing. ``eager`` times back-to-back calls, host included; ``graph`` replays the
 calls captured in a CUDA graph.
 
-Writes ``validation_<mode>.json`` (a list of rows ``{dtype, m, n, k, batch, mode, backend, ms,
+Writes ``<name>_<mode>.json`` (``--name``, default ``validation``; give runs of other dtypes,
+suites or layouts their own) (a list of rows ``{dtype, m, n, k, batch, layout, mode, backend, ms,
 torch_ms}``, one per problem, mode and member, ``backend`` "torch" for torch.matmul itself;
 ``chosen`` and ``why``, for ``auto`` and ``auto_autotune``, the backend the call ran and the
 rule and figures that chose it: for first-call autotune, each candidate's first-call timing)
@@ -61,6 +62,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--max-seconds", type=float, default=3.0, help="per problem and mode")
     p.add_argument("--limit", type=int, default=None, help="only the first N shapes")
     p.add_argument("--out-dir", default=".")
+    p.add_argument("--name", default="validation", help="output files' stem: <name>_<mode>.json")
     return p.parse_args()
 
 
@@ -276,7 +278,7 @@ def main() -> int:
                 print(f"[{time.monotonic() - start:6.0f}s] {mode} {dtype} {shape.label:22s} "
                       f"torch {base * 1e3:9.1f} us  {ratios}", flush=True)
                 del a, b
-        write_report(out_dir / f"validation_{mode}.json", rows, _summary(rows, mode), notes)
+        write_report(out_dir / f"{args.name}_{mode}.json", rows, _summary(rows, mode), notes)
     return 0
 
 
