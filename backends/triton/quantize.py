@@ -42,6 +42,15 @@ def _quantized(x, scale, LARGEST: tl.constexpr):
 
 
 @triton.jit
+def _slice(x_rows, rows_ok, offs, K, stride_xk):
+    """The rows' elements at columns ``offs`` (zeros past K and past the last row), in
+    float32; column offsets in 64 bits (a transposed input's columns stride far)."""
+    mask = rows_ok[:, None] & (offs[None, :] < K)
+    x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
+    return x.to(tl.float32), mask
+
+
+@triton.jit
 def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm,
                          stride_sm, stride_sk, LARGEST: tl.constexpr,
                          BLOCK_ROWS: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -51,15 +60,13 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
     those rows' j-th slice)."""
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = rows < M
-    cols = tl.arange(0, BLOCK_K)  # offsets in 64 bits: a transposed input's columns stride far
+    cols = tl.arange(0, BLOCK_K)
     x_rows = x_ptr + rows.to(tl.int64)[:, None] * stride_xm
     q_rows = q_ptr + rows.to(tl.int64)[:, None] * stride_qm
     if PER_BLOCK:
         part = tl.program_id(1)
         offs = part * BLOCK_K + cols
-        mask = row_ok[:, None] & (offs[None, :] < K)
-        x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
-        x = x.to(tl.float32)
+        x, mask = _slice(x_rows, row_ok, offs, K, stride_xk)
         scale = _scale(tl.max(tl.abs(x), axis=1), LARGEST)
         q = _quantized(x, scale, LARGEST)
         tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
@@ -67,16 +74,13 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride
     else:
         amax = tl.zeros((BLOCK_ROWS,), dtype=tl.float32)
         for start in range(0, K, BLOCK_K):
-            offs = start + cols
-            mask = row_ok[:, None] & (offs[None, :] < K)
-            x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+            x, _ = _slice(x_rows, row_ok, start + cols, K, stride_xk)
+            amax = tl.maximum(amax, tl.max(tl.abs(x), axis=1))
         scale = _scale(amax, LARGEST)
         for start in range(0, K, BLOCK_K):
             offs = start + cols
-            mask = row_ok[:, None] & (offs[None, :] < K)
-            x = tl.load(x_rows + offs.to(tl.int64)[None, :] * stride_xk, mask=mask, other=0.0)
-            q = _quantized(x.to(tl.float32), scale, LARGEST)
+            x, mask = _slice(x_rows, row_ok, offs, K, stride_xk)
+            q = _quantized(x, scale, LARGEST)
             tl.store(q_rows + offs[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
         tl.store(s_ptr + rows * stride_sm, scale, mask=row_ok)
 

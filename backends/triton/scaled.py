@@ -25,12 +25,13 @@ On sm_90, with A row-major, B column-major (K-major, as the fp8 warpgroup MMA re
 on the TMA unit's 16-byte grid and a 16-bit D, the same product runs persistent over TMA
 descriptors (:func:`matmul_scaled_tma_kernel`, config kind "tma"): one program per
 multiprocessor walks the output tiles, the TMA unit fetches A's and B's tiles (zero-filled past
-the edges) into shared memory. On an H200 (graph mode, e4m3 -> bfloat16, same run) it ran
-8192^3 with tensor-wise scales in 256x128x128 tiles at 0.72x ``torch._scaled_mm`` (1017
-TFLOP/s; the pointer kernel: 0.30x) and block-wise in 128x256x128 tiles at 500 TFLOP/s (the
-pointer kernel: 345). Adding each step's sums in float32 is what costs: the same tile
-without it ran at 1.01x, with a relative error of 0.24 where torch's (which adds them too) was
-6e-4 (all-positive operands, K = 16384).
+the edges) into shared memory. On an H200 (graph mode, e4m3 -> bfloat16, x
+``torch._scaled_mm`` with the same scales, same run;
+``benchmarks/results/NVIDIA-H200/fp8_graph.json``) it ran 8192^3 with tensor-wise scales in
+256x128x128 tiles at 0.78x (1105 TFLOP/s; the pointer kernel: 0.29x) and block-wise in
+128x256x128 tiles at 493 TFLOP/s (the pointer kernel: 345). Adding each step's sums in float32
+is what costs: in a separate run the same tile without it ran at 1.02x, with a relative error
+of 0.24 where torch's (which adds them too) was 6e-4 (all-positive operands, K = 16384).
 """
 from __future__ import annotations
 
