@@ -337,6 +337,15 @@ __device__ __forceinline__ unsigned long long wgmma_desc(unsigned smem) {
     return static_cast<unsigned long long>((smem & 0x3FFFF) >> 4) | (1ull << 16) |
            (64ull << 32) | (1ull << 62);
 }
+// The descriptor of an MN-major tile (16-bit elements, wgmma's transpose bit set): rows of
+// 128 bytes, each one k's 64 consecutive elements along M or N, in the same 128-byte swizzle;
+// 8 rows (8 k's) to the next 8 at 1024 bytes (the stride byte offset, bits 32-45) and a
+// block of such rows (64 elements along M or N) to the next at `block` bytes (the leading
+// byte offset, bits 16-29). A step of k along K adds wgmma_desc_offset(128 * k).
+__device__ __forceinline__ unsigned long long wgmma_desc_mn(unsigned smem, unsigned block) {
+    return static_cast<unsigned long long>((smem & 0x3FFFF) >> 4) |
+           (static_cast<unsigned long long>(block >> 4) << 16) | (64ull << 32) | (1ull << 62);
+}
 __host__ __device__ constexpr unsigned long long wgmma_desc_offset(int bytes) {
     return static_cast<unsigned long long>(bytes >> 4);
 }
@@ -383,44 +392,60 @@ __device__ __forceinline__ void wgmma_wait() {
     RW_WG_OUT8(R, 64), RW_WG_OUT8(R, 72), RW_WG_OUT8(R, 80), RW_WG_OUT8(R, 88), \
     RW_WG_OUT8(R, 96), RW_WG_OUT8(R, 104), RW_WG_OUT8(R, 112), RW_WG_OUT8(R, 120)
 
+// The operands' major orders a warpgroup kind is built for: bit 0 set when A is M-major, bit 1
+// when B is N-major (wgmma's imm-trans-a and imm-trans-b, which only its 16-bit kinds take);
+// both clear: K-major, the only order of the other kinds.
+constexpr int kKMajor = 0, kMnMajorA = 1, kMnMajorB = 2;
+// The transpose immediates' operand numbers after a 64- and a 128-register list
+#define RW_WG_TRANS_64 "%66, %67"
+#define RW_WG_TRANS_128 "%130, %131"
+
 // The warpgroup kinds: wgmma.mma_async.sync.aligned.<SHAPE> {d}, a-desc, b-desc, <TAIL> with
-// both operands K-major in shared memory, ACC accumulators (constraint R, REGS of them: an
-// N-column instruction has N / 2) written to D as OUT. Only sm_90a has them: the GEMM
-// calls them from sm_90a builds alone.
-#define RW_WG_ASM(SHAPE, TAIL, R, REGS)                                                   \
-    asm volatile("wgmma.mma_async.sync.aligned." SHAPE " " RW_WG_REGS_##REGS ", " TAIL ";\n" \
-                 : RW_WG_OUTS_##REGS(R)                                                  \
-                 : "l"(a), "l"(b))
-#define RW_WGMMA(NAME, N, K, TYPES, REGS, ACC, R, OUT, TAIL)                              \
-    template <>                                                                           \
-    struct NAME<N> {                                                                      \
-        using Acc = ACC;                                                                  \
-        using Out = OUT;                                                                  \
-        static constexpr bool kWarpgroup = true;                                          \
-        static constexpr int kN = N;                                                      \
-        __device__ __forceinline__ static void step(ACC (&d)[REGS], unsigned long long a,  \
-                                                    unsigned long long b) {               \
-            static_assert(REGS == N / 2, "an N-column instruction: N / 2 accumulators"); \
-            RW_WG_ASM("m64n" #N "k" #K "." TYPES, TAIL, R, REGS);                         \
-        }                                                                                 \
+// both operands in shared memory, ACC accumulators (constraint R, REGS of them: an N-column
+// instruction has N / 2) written to D as OUT; the 16-bit kinds' TAIL ends in the transpose
+// immediates of MAJOR. Only sm_90a has them: the GEMM calls them from sm_90a builds alone.
+#define RW_WGMMA_BODY(N, K, TYPES, REGS, ACC, R, OUT, MAJOR, TAIL, ...)                        \
+    using Acc = ACC;                                                                            \
+    using Out = OUT;                                                                            \
+    static constexpr bool kWarpgroup = true;                                                    \
+    static constexpr int kN = N;                                                                \
+    static constexpr bool kMnA = (MAJOR) & kMnMajorA, kMnB = (MAJOR) & kMnMajorB;               \
+    __device__ __forceinline__ static void step(ACC (&d)[REGS], unsigned long long a,           \
+                                                unsigned long long b) {                         \
+        static_assert(REGS == N / 2, "an N-column instruction: N / 2 accumulators");          \
+        asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k" #K "." TYPES " "                \
+                     RW_WG_REGS_##REGS ", " TAIL ";\n"                                          \
+                     : RW_WG_OUTS_##REGS(R)                                                     \
+                     : "l"(a), "l"(b)__VA_ARGS__);                                              \
+    }
+#define RW_WGMMA(NAME, N, K, TYPES, REGS, ACC, R, OUT, TAIL)                                   \
+    template <>                                                                                 \
+    struct NAME<N, kKMajor> {                                                                   \
+        RW_WGMMA_BODY(N, K, TYPES, REGS, ACC, R, OUT, kKMajor, TAIL, )                          \
     };
-// Wg<kind><N>: the instruction of N columns (128 or 256).
-template <int N>
+#define RW_WGMMA16(NAME, N, TYPES, REGS, OUT)                                                  \
+    template <int MAJOR>                                                                        \
+    struct NAME<N, MAJOR> {                                                                     \
+        RW_WGMMA_BODY(N, 16, TYPES, REGS, float, "f", OUT, MAJOR, "1, 1, 1, " RW_WG_TRANS_##REGS, \
+                      , "n"(MAJOR & kMnMajorA ? 1 : 0), "n"(MAJOR & kMnMajorB ? 1 : 0))          \
+    };
+// Wg<kind><N, MAJOR>: the instruction of N columns (128 or 256) on operands in MAJOR order.
+template <int N, int MAJOR = kKMajor>
 struct WgF16;
-template <int N>
+template <int N, int MAJOR = kKMajor>
 struct WgBf16;
-template <int N>
+template <int N, int MAJOR = kKMajor>
 struct WgTf32;
-template <int N>
+template <int N, int MAJOR = kKMajor>
 struct WgS8;
-template <int N>
+template <int N, int MAJOR = kKMajor>
 struct WgU8;
-template <int N>
+template <int N, int MAJOR = kKMajor>
 struct WgB1And;
-RW_WGMMA(WgF16, 256, 16, "f32.f16.f16", 128, float, "f", __half, "1, 1, 1, 0, 0")
-RW_WGMMA(WgF16, 128, 16, "f32.f16.f16", 64, float, "f", __half, "1, 1, 1, 0, 0")
-RW_WGMMA(WgBf16, 256, 16, "f32.bf16.bf16", 128, float, "f", __nv_bfloat16, "1, 1, 1, 0, 0")
-RW_WGMMA(WgBf16, 128, 16, "f32.bf16.bf16", 64, float, "f", __nv_bfloat16, "1, 1, 1, 0, 0")
+RW_WGMMA16(WgF16, 256, "f32.f16.f16", 128, __half)
+RW_WGMMA16(WgF16, 128, "f32.f16.f16", 64, __half)
+RW_WGMMA16(WgBf16, 256, "f32.bf16.bf16", 128, __nv_bfloat16)
+RW_WGMMA16(WgBf16, 128, "f32.bf16.bf16", 64, __nv_bfloat16)
 // tf32: the tensor cores read float32 operands and ignore their low 13 bits (truncation)
 RW_WGMMA(WgTf32, 256, 8, "f32.tf32.tf32", 128, float, "f", float, "1, 1, 1")
 RW_WGMMA(WgTf32, 128, 8, "f32.tf32.tf32", 64, float, "f", float, "1, 1, 1")
@@ -429,8 +454,9 @@ RW_WGMMA(WgS8, 128, 32, "s32.s8.s8", 64, int, "r", int, "1")
 RW_WGMMA(WgU8, 128, 32, "s32.u8.u8", 64, int, "r", int, "1")
 RW_WGMMA(WgB1And, 256, 256, "s32.b1.b1.and.popc", 128, int, "r", int, "1")
 RW_WGMMA(WgB1And, 128, 256, "s32.b1.b1.and.popc", 64, int, "r", int, "1")
+#undef RW_WGMMA16
 #undef RW_WGMMA
-#undef RW_WG_ASM
+#undef RW_WGMMA_BODY
 
 // ---- TMA and mbarriers (sm_90: the K-major GEMM's tensor-memory-accelerator pipeline) ----
 // A tensor map as the driver encodes it (cuTensorMapEncodeTiled: 128 opaque bytes, 64-byte

@@ -78,6 +78,23 @@ struct KMajorGemm {
         return row * kKRowBytes + ((chunk ^ (row % 8)) << 4);
     }
 
+    // An operand stored MN-major (the 16-bit warpgroup kinds): a stage holds it as blocks of
+    // kMnRows rows of 128 bytes, row k of a block the k-tile's k-th element of kMnRows
+    // consecutive rows of the operand (columns of B), in the same swizzle. A block spans
+    // kMnBlockBytes, and 32 bytes of K (16 k's) are 16 of its rows.
+    static constexpr int kMnRows = kKRowBytes / 2;
+    static constexpr int kMnBlockBytes = kMnRows * kKRowBytes;
+    // The shared memory descriptor of an operand's tile at `smem`, and the offset of step s
+    // (32 bytes of K) in it.
+    template <bool MN>
+    __device__ __forceinline__ static unsigned long long tile_desc(unsigned smem) {
+        return MN ? wgmma_desc_mn(smem, kMnBlockBytes) : wgmma_desc(smem);
+    }
+    template <bool MN>
+    __host__ __device__ static constexpr int step_bytes(int s) {
+        return MN ? s * 16 * kKRowBytes : s * 32;
+    }
+
     // Copies k-tile kb (a byte offset along K) of ROWS rows starting at r0 of a matrix of
     // `rows` rows of `kbytes` bytes, `ld` bytes apart, into a stage's rows.
     template <int ROWS>
@@ -226,28 +243,31 @@ struct KMajorGemm {
     // The warpgroups' wgmma main loop (sm_90a): warpgroup w computes rows 64w .. 64w + 63 of
     // the tile, its accumulators the 16 x 8 tiles of warp w's rows (the wgmma D layout is
     // the mma.sync one repeated down the warpgroup), reading both operands from the swizzled
-    // stages through descriptors, 32 bytes of K per instruction. The wgmma of one k-tile run
+    // stages through descriptors (K-major, or MN-major where Mma's kMnA / kMnB say so: the
+    // TMA kernel's 16-bit kinds), 32 bytes of K per instruction. The wgmma of one k-tile run
     // while the next one's are issued (wgmma.wait_group 1): a slot is refilled only after
     // the barrier that follows every warpgroup's wait for the k-tile read from it, so copies
     // run STAGES - 2 k-tiles ahead.
     struct Warpgroup {
         static_assert(MI == 1 && WARPS_N == 1 && BM % 64 == 0, "one warp per 16 rows");
         static_assert(BN % Mma::kN == 0, "whole instructions along N");
+        static_assert(!(Mma::kMnA || Mma::kMnB) || ELEM == 2, "MN-major: 16-bit elements");
 
         // The wgmma of one k-tile (the stage at shared address `stage`, this warpgroup's rows
         // `a_row` bytes into it), committed as one group.
         __device__ __forceinline__ static void ktile(Acc (&acc)[MI][NI][4], unsigned stage,
                                                      unsigned a_row) {
-            const unsigned long long da = wgmma_desc(stage + a_row);
-            const unsigned long long db = wgmma_desc(stage + BM * kKRowBytes);
+            const unsigned long long da = tile_desc<Mma::kMnA>(stage + a_row);
+            const unsigned long long db = tile_desc<Mma::kMnB>(stage + BM * kKRowBytes);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < kSteps; ++s)
 #pragma unroll
-                for (int h = 0; h < BN / Mma::kN; ++h)
+                for (int h = 0; h < BN / Mma::kN; ++h)  // kN columns: kN rows of either order
                     Mma::step(reinterpret_cast<Acc(&)[Mma::kN / 2]>(acc[0][h * Mma::kN / 8]),
-                              da + wgmma_desc_offset(32 * s),
-                              db + wgmma_desc_offset(Mma::kN * kKRowBytes * h + 32 * s));
+                              da + wgmma_desc_offset(step_bytes<Mma::kMnA>(s)),
+                              db + wgmma_desc_offset(Mma::kN * kKRowBytes * h +
+                                                     step_bytes<Mma::kMnB>(s)));
             wgmma_commit();
         }
 
@@ -399,13 +419,18 @@ struct KMajorGemm {
 // reading it (one arrival per warp and CTA, after its wgmma.wait_group for the k-tile): the
 // producers refill a slot only then. A consumer keeps one wgmma group in flight while it
 // issues the next. The producer is a whole warpgroup so that it can hand its registers to the
-// consumers (setmaxnreg: kProducerRegs each, the consumers kConsumerRegs). Rows and K past the matrices are zero-filled by the TMA unit; a CTA whose
-// rows all lie past M still loads and multicasts its share of B, and stores nothing. The
-// tensor maps see each operand as bytes (K, rows, batch): A as M rows, B as N columns, of
-// kbytes bytes.
+// consumers (setmaxnreg: kProducerRegs each, the consumers kConsumerRegs). Rows and K past
+// the matrices are zero-filled by the TMA unit; a CTA whose rows all lie past M still loads
+// and multicasts its share of B, and stores nothing. The tensor maps see a K-major operand as
+// bytes (K, rows, batch): A as M rows, B as N columns, of kbytes bytes, loaded as one box of
+// the tile's rows per k-tile. An MN-major one (A M-major, B N-major: the 16-bit kinds, whose
+// wgmma reads it with its transpose bit) is seen as bytes (M or N, K, batch), loaded per
+// k-tile as boxes of 64 k's by 128 bytes (64 consecutive rows or columns), one per 64 of the
+// tile's rows: no copy of the operand into K-major order anywhere.
 template <typename Mma, int BM, int BN, int STAGES, int CLUSTER>
 struct TmaGemm {
-    using Gemm = KMajorGemm<Mma, 1, BM, BN, BM / 16, 1, STAGES>;  // its stages and epilogue
+    static constexpr int ELEM = Mma::kMnA || Mma::kMnB ? 2 : 1;  // bytes the MN-major steps count
+    using Gemm = KMajorGemm<Mma, ELEM, BM, BN, BM / 16, 1, STAGES>;  // its stages and epilogue
     using Acc = typename Gemm::Acc;
     static constexpr int kConsumers = Gemm::kThreads;
     static constexpr int kThreads = kConsumers + 128;
@@ -419,6 +444,30 @@ struct TmaGemm {
     static_assert(CLUSTER == 1 || CLUSTER == 2, "one CTA, or two sharing B");
     static_assert(kBRows % 8 == 0 && kBRows <= 256 && BM <= 256,
                   "TMA boxes of whole 8-row swizzle atoms, at most 256 rows");
+    static_assert((!Mma::kMnA || BM % Gemm::kMnRows == 0) &&
+                      (!Mma::kMnB || kBRows % Gemm::kMnRows == 0),
+                  "MN-major operands: whole blocks of 64 rows per CTA");
+
+    // The loads of k-tile kt of ROWS rows (along M or N) of an operand from row r0 into the
+    // stage at `dst`: one box of ROWS rows of the k-tile's 128 bytes (K-major), or ROWS / 64
+    // boxes of the k-tile's 64 k's by 64 rows' 128 bytes (MN-major); multicast to the CTAs of
+    // `mask` (0: this CTA alone).
+    template <bool MN, int ROWS>
+    __device__ __forceinline__ static void load(unsigned dst, const TensorMap& map, int kt,
+                                                int r0, int bi, unsigned bar,
+                                                unsigned short mask) {
+        constexpr int kBoxes = MN ? ROWS / Gemm::kMnRows : 1;
+#pragma unroll
+        for (int j = 0; j < kBoxes; ++j) {
+            const int c0 = MN ? (r0 + j * Gemm::kMnRows) * ELEM : kt * kKRowBytes;
+            const int c1 = MN ? kt * Gemm::kMnRows : r0;
+            const unsigned at = dst + j * Gemm::kMnBlockBytes;
+            if (mask)
+                tma_load(at, map, c0, c1, bi, bar, mask);
+            else
+                tma_load(at, map, c0, c1, bi, bar);
+        }
+    }
 
     // The producer lane: every k-tile of this CTA's batch entries, in the consumers' order,
     // each into the next slot once its previous k-tile's readers have all released it.
@@ -432,14 +481,10 @@ struct TmaGemm {
                 if (round > 0) mbar_wait(empty + 8 * slot, (round - 1) & 1);
                 const unsigned stage = smem + slot * kStageBytes, bar = full + 8 * slot;
                 mbar_expect_tx(bar, kStageBytes);
-                const int kb = kt * kKRowBytes;
-                tma_load(stage, amap, kb, m0, bi, bar);
-                const unsigned b = stage + (BM + rank * kBRows) * kKRowBytes;
-                if constexpr (CLUSTER > 1)
-                    tma_load(b, bmap, kb, n0 + rank * kBRows, bi, bar,
-                             static_cast<unsigned short>((1 << CLUSTER) - 1));
-                else
-                    tma_load(b, bmap, kb, n0, bi, bar);
+                load<Mma::kMnA, BM>(stage, amap, kt, m0, bi, bar, 0);
+                load<Mma::kMnB, kBRows>(stage + (BM + rank * kBRows) * kKRowBytes, bmap, kt,
+                                        n0 + rank * kBRows, bi, bar,
+                                        CLUSTER > 1 ? (1 << CLUSTER) - 1 : 0);
                 if (++slot == STAGES) {
                     slot = 0;
                     ++round;
@@ -572,18 +617,20 @@ RW_WGMMA_TILES(rw_wgmma_s8, rw::WgS8, 1, 128)
 RW_WGMMA_TILES(rw_wgmma_u8, rw::WgU8, 1, 128)
 RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)
 
-// Entry point rw_tma_<kind>_<BM>x<BN>_c<CLUSTER> (sm_90a): A and B as tensor maps of bytes
-// (K, rows, batch) with 128-byte boxes of BM / CLUSTER and BN rows in the 128-byte swizzle
-// (multibackend/tensormap.py), then C, D and the epilogue's parameters. Grid: x = output tiles
-// (a multiple of CLUSTER), y = batch; block BM / 64 + 1 warpgroups; dynamic
-// shared memory TmaGemm<...>::kSmemBytes (kept in step with TMA_TILES in
-// backends/raw_wmma.py).
+// Entry point rw_tma_<kind>_<BM>x<BN>_c<CLUSTER>[_<A><B>] (sm_90a): A and B as tensor maps
+// of bytes with 128-byte boxes in the 128-byte swizzle (multibackend/gpu/tensormap.py) — a
+// K-major operand (K, rows, batch) in boxes of BM or BN / CLUSTER rows, an MN-major one
+// (rows, K, batch) in boxes of 64 k's — then C, D and the epilogue's parameters. The suffix
+// names A's and B's major orders ("r" row-, "c" column-major) where they are not A row- and B
+// column-major: the 16-bit kinds are built for all four. Grid: x = output tiles (a multiple
+// of CLUSTER), y = batch; block BM / 64 + 1 warpgroups; dynamic shared memory
+// TmaGemm<...>::kSmemBytes (kept in step with TMA_TILES in backends/raw_wmma/kernels.py).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define RW_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
 #else
 #define RW_CLUSTER_DIMS(CL)
 #endif
-#define RW_TMA(NAME, MMA, BM, BN, ST, CL)                                                       \
+#define RW_TMA(NAME, MMA, WIDE, MAJOR, BM, BN, ST, CL)                                          \
     extern "C" __global__ void __launch_bounds__(BM / 16 * 32 + 128, 1) RW_CLUSTER_DIMS(CL)     \
         NAME(const __grid_constant__ rw::TensorMap a_map,                                       \
              const __grid_constant__ rw::TensorMap b_map, const void* c, void* d, int M, int N, \
@@ -591,17 +638,25 @@ RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)
              double beta, int c_code, int d_code) {                                             \
         if constexpr (rw::selected(#NAME)) {                                                    \
             const rw::Epilogue ep{c, d, scm, scn, sbc, alpha, beta, c_code, d_code, 0};         \
-            rw::TmaGemm<MMA, BM, BN, ST, CL>::run(a_map, b_map, M, N, kbytes, batch, ep);       \
+            rw::TmaGemm<MMA<WIDE, MAJOR>, BM, BN, ST, CL>::run(a_map, b_map, M, N, kbytes,      \
+                                                               batch, ep);                      \
         }                                                                                       \
     }
 
-#define RW_TMA_TILES(PREFIX, MMA, WIDE)                         \
-    RW_TMA(PREFIX##_128x256_c1, MMA<WIDE>, 128, 256, 4, 1)      \
-    RW_TMA(PREFIX##_128x256_c2, MMA<WIDE>, 128, 256, 4, 2)
+#define RW_TMA_TILES(PREFIX, MMA, WIDE, MAJOR, LAYOUT)                          \
+    RW_TMA(PREFIX##_128x256_c1##LAYOUT, MMA, WIDE, MAJOR, 128, 256, 4, 1)       \
+    RW_TMA(PREFIX##_128x256_c2##LAYOUT, MMA, WIDE, MAJOR, 128, 256, 4, 2)
+// the 16-bit kinds: A row- (K-major) or column-major (M-major), B column- (K-major) or
+// row-major (N-major)
+#define RW_TMA_LAYOUTS(PREFIX, MMA)                                             \
+    RW_TMA_TILES(PREFIX, MMA, 256, rw::kKMajor, )                               \
+    RW_TMA_TILES(PREFIX, MMA, 256, rw::kMnMajorB, _rr)                          \
+    RW_TMA_TILES(PREFIX, MMA, 256, rw::kMnMajorA, _cc)                          \
+    RW_TMA_TILES(PREFIX, MMA, 256, rw::kMnMajorA | rw::kMnMajorB, _cr)
 
-RW_TMA_TILES(rw_tma_f16, rw::WgF16, 256)
-RW_TMA_TILES(rw_tma_bf16, rw::WgBf16, 256)
-RW_TMA_TILES(rw_tma_tf32, rw::WgTf32, 256)
-RW_TMA_TILES(rw_tma_s8, rw::WgS8, 128)
-RW_TMA_TILES(rw_tma_u8, rw::WgU8, 128)
-RW_TMA_TILES(rw_tma_b1and, rw::WgB1And, 256)
+RW_TMA_LAYOUTS(rw_tma_f16, rw::WgF16)
+RW_TMA_LAYOUTS(rw_tma_bf16, rw::WgBf16)
+RW_TMA_TILES(rw_tma_tf32, rw::WgTf32, 256, rw::kKMajor, )
+RW_TMA_TILES(rw_tma_s8, rw::WgS8, 128, rw::kKMajor, )
+RW_TMA_TILES(rw_tma_u8, rw::WgU8, 128, rw::kKMajor, )
+RW_TMA_TILES(rw_tma_b1and, rw::WgB1And, 256, rw::kKMajor, )

@@ -35,9 +35,7 @@ def gemm_grid(problem: Problem, kernel: Kernel) -> tuple[int, int, int]:
     entries beyond MAX_GRID_Y)."""
     bm, bn = kernel.tile
     rows = -(-problem.m // bm)
-    if kernel.tma_boxes:
-        cluster = bn // kernel.tma_boxes[1]
-        rows = -(-rows // cluster) * cluster
+    rows = -(-rows // kernel.cluster) * kernel.cluster
     return rows * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
 
 
@@ -75,16 +73,27 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
 
 def tensor_maps(problem: Problem, ops: Operands,
                 kernel: Kernel) -> tuple[tensormap.TensorMap, tensormap.TensorMap]:
-    """The tensor maps of A (M rows of K bytes) and B (N columns of K bytes) a TMA kernel
-    reads, with its boxes' rows."""
+    """The tensor maps of A and B a TMA kernel reads, with its boxes' rows: a K-major
+    operand (A row-, B column-major) as M rows or N columns of K bytes, an MN-major one as K
+    rows of M or N elements' bytes."""
     a, b = ops.a, ops.b
     sa, sb = _strides3(a), _strides3(b)
     kbytes, size = a.shape[-1] * a.element_size(), a.element_size()
     box_a, box_b = kernel.tma_boxes
-    return (tensormap.TensorMap("A", a.data_ptr(), kbytes, problem.m, sa[1] * size,
-                                problem.batch, sa[0] * size, box_a),
-            tensormap.TensorMap("B", b.data_ptr(), kbytes, problem.n, sb[2] * size,
-                                problem.batch, sb[0] * size, box_b))
+    batch = problem.batch
+    if problem.a.layout == "row":
+        map_a = tensormap.TensorMap("A", a.data_ptr(), kbytes, problem.m, sa[1] * size, batch,
+                                    sa[0] * size, box_a)
+    else:
+        map_a = tensormap.TensorMap("A", a.data_ptr(), problem.m * size, problem.k,
+                                    sa[2] * size, batch, sa[0] * size, box_a)
+    if problem.b.layout == "col":
+        map_b = tensormap.TensorMap("B", b.data_ptr(), kbytes, problem.n, sb[2] * size, batch,
+                                    sb[0] * size, box_b)
+    else:
+        map_b = tensormap.TensorMap("B", b.data_ptr(), problem.n * size, problem.k,
+                                    sb[1] * size, batch, sb[0] * size, box_b)
+    return map_a, map_b
 
 
 def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple[bool, int]:

@@ -23,10 +23,12 @@ Kernel families (one templated body each, one ``extern "C"`` entry point per ins
   through shared memory descriptors (configs ``wgmma_*``), and the same wgmma GEMM is fed by
   the TMA unit: a producer warpgroup loads the stages through tensor maps
   (:mod:`multibackend.gpu.tensormap`) under mbarriers, optionally in 2-CTA clusters multicasting
-  B (configs ``tma_*``, the default there). Products of those types in other layouts reach
-  these kernels on K-major staged copies (``staged:tma_*``, ``staged:mma_*``: see
-  :mod:`multibackend.gpu.staging`), offered ahead of the WMMA kernels (after the fast one for
-  f16 / bf16).
+  B (configs ``tma_*``, the default there). The TMA kernel reads f16 and bf16 operands in
+  either major order as they lie (an M-major A or N-major B through wgmma's transpose bit), so
+  plain ``A @ B`` and its transposes run on it with no copy. Products of the other types in
+  other layouts reach these kernels on K-major staged copies (``staged:tma_*``,
+  ``staged:mma_*``: see :mod:`multibackend.gpu.staging`), offered ahead of the WMMA kernels
+  (after the fast one for f16 / bf16).
 - ``dot.cu``: two-pass vector dot products for f16, bf16, f32 and f64.
 
 Each kernel is compiled alone (``-DRW_ONLY=<entry>``) the first time it is needed and its
@@ -198,7 +200,8 @@ class RawWmmaBackend(Backend):
                     notes.append("b1 XOR has no tensor-core instruction on sm_90: bmma_sync "
                                  "XOR is emulated from AND (correct, not fast)")
 
-            if mma_kind(problem) and fast_eligible(problem) and (why := mma_eligible(problem)):
+            if (mma_kind(problem) and fast_eligible(problem) and tma_eligible(problem)
+                    and (why := mma_eligible(problem))):
                 notes.append(f"WMMA kernel, not the PTX mma.sync one ({why})")
             if problem.saturate:
                 notes.append(_SATF_NOTE)

@@ -73,6 +73,11 @@ WGMMA_ALIGN = 1024
 #: TMA-fed warpgroup tiles by name (:class:`~.records.TmaTile`); the default first (kept in
 #: step with RW_TMA_TILES in raw_wmma/mma_kmajor.cu)
 TMA_TILES = by_name(TmaTile(128, 256, 1), TmaTile(128, 256, 2))
+#: kinds whose wgmma also reads an operand MN-major (its transpose bit: A column-major, B
+#: row-major), which the TMA kernel loads as it lies (RW_TMA_LAYOUTS in mma_kmajor.cu)
+MN_MAJOR_KINDS = ("f16", "bf16")
+#: the rows (k's) of each box of an MN-major operand: one 128-byte k-tile of 16-bit elements
+MN_BOX_ROWS = 64
 
 #: generic fragment shapes per input dtype, the first the default
 FRAGS = {
@@ -160,8 +165,10 @@ def mma_kind(problem: Problem) -> str | None:
     return MMA_KINDS.get(problem.in_dtype)
 
 
-def mma_eligible(problem: Problem) -> str | None:
-    """None when the PTX K-major kernel can run ``problem``, else why not (in words)."""
+def mma_eligible(problem: Problem, mn_major: bool = False) -> str | None:
+    """None when the PTX K-major kernel can run ``problem``, else why not (in words); with
+    ``mn_major``, the rule of a kernel that also reads the operands of
+    :data:`MN_MAJOR_KINDS` MN-major (A column-major, B row-major)."""
     kind = mma_kind(problem)
     if kind is None:
         return ("the PTX mma.sync kernel computes AND popcounts of bit-packed operands, int8 "
@@ -173,9 +180,15 @@ def mma_eligible(problem: Problem) -> str | None:
     if kind in MMA_SM90 and problem.cc is not None and problem.cc < (9, 0):
         major, minor = problem.cc
         return f"the {kind} mma.sync m16n8k4 needs sm_90+ (this GPU is sm_{major}{minor})"
-    if problem.a.layout != "row" or problem.b.layout != "col":
+    if mn_major and kind in MN_MAJOR_KINDS:
+        for name, op in (("A", problem.a), ("B", problem.b)):
+            if op.layout not in ("row", "col"):
+                return (f"{name} is {op.layout}: the TMA kernel reads {kind} operands row- or "
+                        "column-major")
+    elif problem.a.layout != "row" or problem.b.layout != "col":
         return (f"A is {problem.a.layout}-major and B {problem.b.layout}-major: the PTX "
-                "mma.sync kernel reads A row-major and B column-major")
+                f"{'wgmma' if mn_major else 'mma.sync'} kernel reads {kind} with A row-major "
+                "and B column-major")
     for name, op in (("A", problem.a), ("B", problem.b)):
         if not op.rows_aligned:
             return (f"{name}'s rows are not all 16-byte aligned (ld={op.ld}, batch stride="
@@ -183,9 +196,10 @@ def mma_eligible(problem: Problem) -> str | None:
     return None
 
 
-def wgmma_eligible(problem: Problem) -> str | None:
-    """None when the warpgroup (wgmma) K-major kernel can run ``problem``, else why not."""
-    if why := mma_eligible(problem):
+def wgmma_eligible(problem: Problem, mn_major: bool = False) -> str | None:
+    """None when the warpgroup (wgmma) K-major kernel can run ``problem``, else why not;
+    ``mn_major`` as for :func:`mma_eligible`."""
+    if why := mma_eligible(problem, mn_major):
         return why
     kind = mma_kind(problem)
     if kind not in WGMMA_KINDS:
@@ -197,8 +211,9 @@ def wgmma_eligible(problem: Problem) -> str | None:
 
 
 def tma_eligible(problem: Problem) -> str | None:
-    """None when the TMA-fed warpgroup kernel can run ``problem``, else why not."""
-    if why := wgmma_eligible(problem):
+    """None when the TMA-fed warpgroup kernel can run ``problem``, else why not: the
+    warpgroup kernel's rule, its 16-bit kinds in any major order of A and B."""
+    if why := wgmma_eligible(problem, mn_major=True):
         return why
     for name, op in (("A", problem.a), ("B", problem.b)):
         if problem.batch > 1 and op.batch_stride == 0:
@@ -222,11 +237,19 @@ def _lay(op: Operand) -> str:
     return "c" if op.layout == "col" else "r"
 
 
+def tma_boxes(problem: Problem, tile: TmaTile) -> tuple[int, int]:
+    """The rows of the TMA kernel's boxes of A and of B: a K-major operand's tile rows (B's
+    shared by the cluster), an MN-major one's k's (:data:`MN_BOX_ROWS`)."""
+    return (tile.bm if problem.a.layout == "row" else MN_BOX_ROWS,
+            tile.bn // tile.cluster if problem.b.layout == "col" else MN_BOX_ROWS)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One entry point: its source file, name, block size and dynamic shared memory, the
     suffix of the target it needs ("a": sm_90a's architecture-specific instructions) and, for a
-    TMA kernel, the rows of its boxes of A and of B (None: the kernel reads pointers)."""
+    TMA kernel, the rows of its boxes of A and of B (None: the kernel reads pointers) and the
+    CTAs of its clusters."""
 
     source: str
     name: str
@@ -235,6 +258,7 @@ class Kernel:
     tile: tuple[int, int] = (0, 0)
     arch_suffix: str = ""
     tma_boxes: tuple[int, int] | None = None
+    cluster: int = 1
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -274,10 +298,11 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
     if config.name in TMA_TILES:
         _require(tma_eligible(problem), config)
         tma = TMA_TILES[config.name]
+        suffix = "" if lay == "rc" else f"_{lay}"
         return Kernel("mma_kmajor.cu",
-                      f"rw_tma_{mma_kind(problem)}_{tma.name.removeprefix('tma_')}",
+                      f"rw_tma_{mma_kind(problem)}_{tma.name.removeprefix('tma_')}{suffix}",
                       tma.warps * 32, tma_smem_bytes(tma.bm, tma.bn, tma.stages),
-                      (tma.bm, tma.bn), "a", (tma.bm, tma.bn // tma.cluster))
+                      (tma.bm, tma.bn), "a", tma_boxes(problem, tma), tma.cluster)
     if config.name in WGMMA_TILES:
         _require(wgmma_eligible(problem), config)
         wg = WGMMA_TILES[config.name]

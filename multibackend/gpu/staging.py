@@ -35,7 +35,8 @@ the calibrated dispatch rule weigh them like any other config, since the copy co
 than it saves on small problems.
 
 *K-major* staging serves kernels that read A row-major and B column-major only (raw WMMA's
-TMA, wgmma and mma.sync GEMMs: their instructions take K-contiguous operands): an operand in
+wgmma and mma.sync GEMMs, and its TMA GEMM but for f16 / bf16: their instructions take
+K-contiguous operands): an operand in
 the other orientation (or misaligned) is copied into that one, lines on the grid as above, by
 a transposing copy (``rw_stage_t_*``: 32 x 32 tiles through shared memory, both sides moved
 in whole sectors). Its configs carry ``kmajor=True`` (:func:`wrap`), and everything keyed by

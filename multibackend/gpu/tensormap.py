@@ -1,13 +1,14 @@
 """Tensor maps for the TMA unit (sm_90+), encoded by the CUDA driver.
 
-The K-major GEMM's TMA kernels (``raw_wmma/mma_kmajor.cu``, ``rw_tma_*``) read each operand
-through a tensor map: the operand seen as bytes (K bytes, rows, batch entries), loaded in
-boxes of 128 bytes by ``box_rows`` rows in the 128-byte swizzle, L2 promotion by 256 bytes,
-zeros outside the operand. A :class:`TensorMap` is encoded once per prepared launch by libcuda's
-``cuTensorMapEncodeTiled`` (called through ctypes, in a 64-byte aligned buffer of its own);
-a later call whose operand lies elsewhere rewrites only the map's address
-(``cuTensorMapReplaceAddress``) and copies the 128 bytes into the kernel's argument buffer:
-no Python objects are made per call.
+The warpgroup GEMM's TMA kernels (``raw_wmma/mma_kmajor.cu``, ``rw_tma_*``) read each
+operand through a tensor map: the operand seen as rows of bytes along its contiguous
+direction (K of a K-major operand, M or N of an MN-major one), then rows, then batch
+entries, loaded in boxes of 128 bytes by ``box_rows`` rows in the 128-byte swizzle, L2
+promotion by 256 bytes, zeros outside the operand. A :class:`TensorMap` is encoded once per
+prepared launch by libcuda's ``cuTensorMapEncodeTiled`` (called through ctypes, in a 64-byte
+aligned buffer of its own); a later call whose operand lies elsewhere rewrites only the
+map's address (``cuTensorMapReplaceAddress``) and copies the 128 bytes into the kernel's
+argument buffer: no Python objects are made per call.
 """
 from __future__ import annotations
 
@@ -60,17 +61,17 @@ def _failed(call: str, result: int) -> KernelRefused:
 
 
 class TensorMap:
-    """The tensor map of one operand of ``rows`` rows of ``kbytes`` bytes, ``ld`` bytes apart,
+    """The tensor map of one operand of ``rows`` rows of ``row_bytes`` bytes, ``ld`` bytes apart,
     ``batch`` entries ``batch_stride`` bytes apart (the strides are ignored for one row and one
     entry, which TMA never steps over), at ``address``,
     loaded in boxes of ``box_rows`` rows. Raises :class:`InvalidArgument` naming the rule a
     value breaks (TMA reads 16-byte aligned rows), :class:`KernelRefused` when the driver
     refuses the map."""
 
-    def __init__(self, name: str, address: int, kbytes: int, rows: int, ld: int, batch: int,
+    def __init__(self, name: str, address: int, row_bytes: int, rows: int, ld: int, batch: int,
                  batch_stride: int, box_rows: int):
         if rows == 1:  # a stride no load steps over: any multiple of 16 will do
-            ld = -(-kbytes // 16) * 16
+            ld = -(-row_bytes // 16) * 16
         if batch == 1:
             batch_stride = rows * ld
         for what, value in (("address", address), ("row stride", ld),
@@ -86,7 +87,7 @@ class TensorMap:
         self._raw, self._at = _aligned_buffer()
         self.address = address
         encode, _ = _functions()
-        dims = (ctypes.c_uint64 * 3)(kbytes, rows, batch)
+        dims = (ctypes.c_uint64 * 3)(row_bytes, rows, batch)
         strides = (ctypes.c_uint64 * 2)(ld, batch_stride)
         box = (ctypes.c_uint32 * 3)(BOX_BYTES, box_rows, 1)
         steps = (ctypes.c_uint32 * 3)(1, 1, 1)
@@ -94,7 +95,7 @@ class TensorMap:
                         _INTERLEAVE_NONE, _SWIZZLE_128B, _L2_256B, _FILL_ZEROS)
         if result:
             raise _failed(f"cuTensorMapEncodeTiled of {name} (address {address:#x}, dims "
-                          f"{kbytes} x {rows} x {batch} bytes, strides {ld} / {batch_stride}, "
+                          f"{row_bytes} x {rows} x {batch} bytes, strides {ld} / {batch_stride}, "
                           f"box {BOX_BYTES} x {box_rows})", result)
 
     def point_at(self, address: int) -> None:

@@ -40,7 +40,7 @@ from multibackend.backends.raw_wmma import backend as rw
 from multibackend.backends.raw_wmma import kernels as rw_kernels
 from multibackend.core.config import Config, Operands
 from multibackend.core.errors import CompileError, InvalidArgument, KernelRefused
-from multibackend.core.problem import synthetic, synthetic_dot
+from multibackend.core.problem import Operand, make_operand, synthetic, synthetic_dot
 from multibackend.gpu import driver, native, nvrtc, staging, tensormap, toolchain
 from multibackend.raw_wmma import SOURCE_DIR
 
@@ -230,11 +230,30 @@ WGMMA_SASS = {"b1and": "BGMMA.64x{n}x256.AND.POPC", "s8": "IGMMA.64x{n}x32.S8.S8
 
 
 def _mma_problem(kind: str, **kw):
+    kw.setdefault("b_layout", "col")
     if kind == "b1and":
-        return synthetic(256, 256, 4096, "bit", bitop="and", b_layout="col", **kw)
+        return synthetic(256, 256, 4096, "bit", bitop="and", **kw)
     dtype = {v: k for k, v in rw_kernels.MMA_KINDS.items()}[kind]
-    return synthetic(256, 256, 512, dtype, b_layout="col",
-                     precision="tf32" if kind == "tf32" else None, **kw)
+    return synthetic(256, 256, 512, dtype, precision="tf32" if kind == "tf32" else None, **kw)
+
+
+#: A's and B's major orders ("r" row-, "c" column-major) of the TMA kernels' entry points
+TMA_LAYOUTS = {"rc": ("row", "col"), "rr": ("row", "row"), "cc": ("col", "col"),
+               "cr": ("col", "row")}
+
+
+def tma_kernels() -> dict[str, tuple[str, str, str]]:
+    """Every TMA entry point by name: (kind, layout of A and B, config): each kind's K-major
+    ones, and the 16-bit kinds' in the other three orders of A and B."""
+    found = {}
+    for kind in rw_kernels.WGMMA_KINDS:
+        for lay, (a, b) in TMA_LAYOUTS.items():
+            if lay != "rc" and kind not in rw_kernels.MN_MAJOR_KINDS:
+                continue
+            problem = _mma_problem(kind, a_layout=a, b_layout=b, cc=(9, 0))
+            for config in rw_kernels.TMA_TILES:
+                found[rw_kernels.kernel_for(problem, Config.of(config)).name] = (kind, lay, config)
+    return found
 
 
 @pytest.mark.slow
@@ -248,7 +267,8 @@ def test_ptx_mma_kernels_sass(builds):
     operands (cvt.rna.tf32.f32 is, in SASS, a test of |x| against +INF and an add of half a
     tf32 unit; the HMMA ignores the 13 bits the mask would clear, so ptxas drops the mask)."""
     wgmma = {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
-             for kind in rw_kernels.WGMMA_KINDS for name in (*rw_kernels.WGMMA_TILES, *rw_kernels.TMA_TILES)}
+             for kind in rw_kernels.WGMMA_KINDS for name in rw_kernels.WGMMA_TILES}
+    wgmma |= set(tma_kernels())
     for arch in ARCHS:
         sass = builds[("mma_kmajor.cu", arch)][1]
         assert set(sass) == wgmma | {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
@@ -306,28 +326,67 @@ def test_tma_kernels_sass(builds):
     """Built for sm_90a, each TMA kernel loads its stages with 3-D tensor-map loads (multicast
     when its cluster shares B) completing on mbarriers it waits on, hands registers from the
     producer warpgroup to the consumers, issues whole k-tiles of its kind's wgmma (one group
-    kept in flight) and no mma.sync, copies nothing through the threads (no LDGSTS) and stores
-    D pairwise; cluster kernels meet at cluster barriers; 0 spills and no stack."""
+    kept in flight), every one with the transpose bits of its operands' major orders (an
+    M-major A, an N-major B: 16-bit kinds), and no mma.sync, copies nothing through the threads
+    (no LDGSTS) and stores D pairwise; cluster kernels meet at cluster barriers; 0 spills and
+    no stack."""
     report, sass = builds[("mma_kmajor.cu", WGMMA_ARCH)]
+    names = tma_kernels()
+    assert {lay for _, lay, _ in names.values()} == set(TMA_LAYOUTS)
+    for name, (kind, lay, config) in names.items():
+        tile = rw_kernels.TMA_TILES[config]
+        bn, cluster = tile.bn, tile.cluster
+        text = sass[name]
+        n = 128 if kind in ("s8", "u8") else 256
+        per_ktile = 4 * bn // n
+        count = len(re.findall(re.escape(WGMMA_SASS[kind].format(n=n)), text))
+        assert count >= per_ktile and count % per_ktile == 0, f"{name}: {count} wgmma"
+        bits = ".tnspA" * (lay[0] == "c") + ".tnspB" * (lay[1] == "r")
+        descs = set(re.findall(r"GMMA\.\S+ R\d+, gdesc\[UR\d+\](\S*),", text))
+        assert descs == {bits}, f"{name}: descriptors {descs}, want {bits!r}"
+        assert not re.search(r"\b[HIBD]MMA\.", text), f"{name}: an mma.sync"
+        load = "UTMALDG.3D.MULTICAST" if cluster > 1 else "UTMALDG.3D "
+        for what in (load, "SYNCS.ARRIVE.TRANS64 ", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
+                     "USETMAXREG.DEALLOC", "USETMAXREG.TRY", "WARPGROUP.DEPBAR.LE gsb0, 0x1"):
+            assert what in text, f"{name}: no {what}"
+        assert ("UCGABAR_WAIT" in text) == (cluster > 1), f"{name}: cluster barrier"
+        assert "LDGSTS" not in text, f"{name}: copies through the threads"
+        assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
+        r = report[name]
+        assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+
+
+def test_tma_kernel_reads_16_bit_operands_in_every_major_order():
+    """f16 and bf16 products in every major order of A and B take the TMA kernel first, the
+    instance built for that order (no staging copy), an MN-major operand loaded in boxes one
+    k-tile (64 k's) deep; the other kinds' products in those orders do not (wgmma reads them
+    K-major only: all but b1 reach it through K-major staged copies), nor does a strided
+    operand."""
+    backend = rw.create()
+    tma = list(rw_kernels.TMA_TILES)
     for kind in rw_kernels.WGMMA_KINDS:
-        for config, tile in rw_kernels.TMA_TILES.items():
-            bn, cluster = tile.bn, tile.cluster
-            name = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(config)).name
-            text = sass[name]
-            n = 128 if kind in ("s8", "u8") else 256
-            per_ktile = 4 * bn // n
-            count = len(re.findall(re.escape(WGMMA_SASS[kind].format(n=n)), text))
-            assert count >= per_ktile and count % per_ktile == 0, f"{name}: {count} wgmma"
-            assert not re.search(r"\b[HIBD]MMA\.", text), f"{name}: an mma.sync"
-            load = "UTMALDG.3D.MULTICAST" if cluster > 1 else "UTMALDG.3D "
-            for what in (load, "SYNCS.ARRIVE.TRANS64 ", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
-                         "USETMAXREG.DEALLOC", "USETMAXREG.TRY", "WARPGROUP.DEPBAR.LE gsb0, 0x1"):
-                assert what in text, f"{name}: no {what}"
-            assert ("UCGABAR_WAIT" in text) == (cluster > 1), f"{name}: cluster barrier"
-            assert "LDGSTS" not in text, f"{name}: copies through the threads"
-            assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
-            r = report[name]
-            assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+        for lay, (a, b) in TMA_LAYOUTS.items():
+            problem = _mma_problem(kind, a_layout=a, b_layout=b, cc=(9, 0))
+            names = [c.name for c in backend.configs(problem)]
+            if lay != "rc" and kind not in rw_kernels.MN_MAJOR_KINDS:
+                why = rw_kernels.tma_eligible(problem)
+                assert f"reads {kind} with A row-major and B column-major" in why
+                assert not set(tma) & set(names)
+                assert (f"staged:{tma[0]}" in names) == (kind != "b1and")  # b1: no staging
+                continue
+            assert names[:2] == tma, (kind, lay)
+            for config, tile in rw_kernels.TMA_TILES.items():
+                kernel = rw_kernels.kernel_for(problem, Config.of(config))
+                suffix = "" if lay == "rc" else f"_{lay}"
+                assert kernel.name == f"rw_tma_{kind}_{config.removeprefix('tma_')}{suffix}"
+                assert kernel.cluster == tile.cluster
+                assert kernel.tma_boxes == (tile.bm if a == "row" else rw_kernels.MN_BOX_ROWS,
+                                            tile.bn // tile.cluster if b == "col"
+                                            else rw_kernels.MN_BOX_ROWS)
+    strided = Operand("float16", 256, 512, "strided", 1024, (1024, 2))
+    problem = replace(_mma_problem("f16", cc=(9, 0)), a=strided)
+    assert "A is strided: the TMA kernel reads f16 operands row- or column-major" in \
+        rw_kernels.tma_eligible(problem)
 
 
 def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
@@ -679,9 +738,10 @@ def test_available_never_raises():
     assert reason is None or reason.backend == "raw_wmma"
 
 
-def test_default_config_for_big_f16_and_bf16_is_the_fast_kernel():
+def test_default_config_for_big_f16_and_bf16_is_the_tma_kernel_on_sm90a_else_the_fast_one():
     for dtype in ("float16", "bfloat16"):
-        configs = backend.configs(synthetic(8192, 8192, 8192, dtype))
+        assert backend.configs(synthetic(8192, 8192, 8192, dtype))[0].name == "tma_128x256_c1"
+        configs = backend.configs(synthetic(8192, 8192, 8192, dtype, cc=(8, 0)))
         assert configs[0].name == next(iter(rw_kernels.FAST_TILES)) == "fast_128x256x32_s3"
         assert {c.name for c in configs} >= set(rw_kernels.FAST_TILES) | {"wmma_16x16x16",
                                                                    "wmma_32x8x16", "wmma_8x32x16"}
@@ -727,11 +787,17 @@ def test_old_gpus_are_refused_by_rule():
 
 
 def test_misaligned_rows_take_the_fast_kernel_on_staged_copies_and_say_so():
-    p = synthetic(100, 100, 99, "float16")  # ld 99 halves: rows not 16-byte aligned
+    p = synthetic(100, 100, 99, "float16", cc=(8, 0))  # ld 99 halves: rows off the grid
     assert rw_kernels.fast_eligible(p) is not None
     names = [c.name for c in backend.configs(p)]
     assert names[0] == "staged:fast_128x256x32_s3" and "wmma_16x16x16" in names
     assert rw_kernels.kernel_for(p, backend.configs(p)[0]).name.startswith("rw_fast")
+    # sm_90a: the TMA kernel on the copies (in A's and B's own orders), then the fast one
+    hopper = replace(p, cc=(9, 0))
+    configs = backend.configs(hopper)
+    assert [c.name for c in configs[:3]] == ["staged:tma_128x256_c1", "staged:tma_128x256_c2",
+                                             "staged:fast_128x256x32_s3"]
+    assert rw_kernels.kernel_for(hopper, configs[0]).name == "rw_tma_f16_128x256_c1_rr"
     assert "16-byte aligned" in backend.note(p)
     with pytest.raises(InvalidArgument, match="fast_128x256x32_s3"):
         rw_kernels.kernel_for(p, Config.of("fast_128x256x32_s3"))
@@ -1088,6 +1154,33 @@ def test_tma_launch_encodes_its_maps_once_and_repoints_them_per_call(fake_driver
     assert _map_address(step.params[step.offsets[0]:]) == a.data_ptr()
 
 
+def test_tma_launch_maps_mn_major_operands_as_they_lie(fake_driver, monkeypatch):
+    """An M-major A and an N-major B (plain ``A.T @ B``-style f16 views, ragged, batched, their
+    leading dimensions wider than their rows) go to the TMA kernel built for that order, each
+    mapped where it lies as K rows of its M or N elements' bytes, boxes of 128 bytes by 64 k's;
+    nothing is copied (one launch, no staging kernel)."""
+    fake = FakeTensorMaps()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
+    backend = rw.create()
+    fake_driver.current = 0x1000
+    m, n, k, batch, lda, ldb = 300, 520, 200, 2, 304, 528
+    config = Config.of("tma_128x256_c1")
+    a = _tensor((batch, k, lda))[:, :, :m].transpose(1, 2)
+    b = _tensor((batch, k, ldb))[:, :, :n]
+    problem = replace(synthetic(m, n, k, "float16", batch=batch, cc=(9, 0)),
+                      a=make_operand("float16", m, k, a.stride()[1:], a.stride(0), a.data_ptr()),
+                      b=make_operand("float16", k, n, b.stride()[1:], b.stride(0), b.data_ptr()))
+    assert (problem.a.layout, problem.b.layout) == ("col", "row")
+    backend.run(problem, Operands(a, b, None, _tensor((batch, m, n)), stream=7), config)
+    name = "rw_tma_f16_128x256_c1_cr"
+    assert [c[1] for c in fake_driver.compiled] == [name]
+    assert fake.encoded == [(a.data_ptr(), (2 * m, k, batch), (2 * lda, 2 * k * lda), (128, 64, 1)),
+                            (b.data_ptr(), (2 * n, k, batch), (2 * ldb, 2 * k * ldb), (128, 64, 1))]
+    launch, = fake_driver.launches
+    assert launch["kernel"] == name and launch["grid"] == (3 * 3, batch, 1)
+    assert launch["args"]["kbytes"] == 2 * k
+
+
 def test_tensor_maps_refuse_what_tma_cannot_read(monkeypatch):
     fake = FakeTensorMaps()
     monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
@@ -1183,7 +1276,7 @@ def test_a_staged_config_is_described_as_its_copies_then_its_kernel_on_them(fake
     monkeypatch.setattr(staging, "_ARENAS", {})
     backend = rw.create()
     m, n, k = 67, 40, 135  # A's rows (135 halves) off the grid, B's (40 halves) on it
-    problem = synthetic(m, n, k, "float16", cc=(9, 0))
+    problem = synthetic(m, n, k, "float16", cc=(8, 0))
     config = backend.default_config(problem)
     assert staging.is_staged(config)
     ops = Operands(_tensor((m, k)), _tensor((k, n)), None, _tensor((m, n)), stream=0x55)
@@ -1205,7 +1298,21 @@ def test_a_staged_config_is_described_as_its_copies_then_its_kernel_on_them(fake
     assert (values["a"], values["lda"], values["ldb"], values["K"]) == (arena.data_ptr(), 192,
                                                                          n, k)
     assert plan.d_sizes == (m, n) and plan.d_dtype == torch.float16
-    batch = synthetic(m, n, k, "float16", batch=2, cc=(9, 0))
+    batch = synthetic(m, n, k, "float16", batch=2, cc=(8, 0))
     batched = Operands(_tensor((2, m, k)), _tensor((2, k, n)), None, _tensor((2, m, n)),
                        stream=0x55)
     assert backend.native(batch, config, batched) is None  # a batch stays on the Python path
+
+    # sm_90a: the TMA kernel reads the copy through a map made once over the arena
+    fake = FakeTensorMaps()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
+    problem = replace(problem, cc=(9, 0))
+    config = backend.default_config(problem)
+    assert config.name == "staged:tma_128x256_c1"
+    backend.run(problem, ops, config)
+    copy, gemm = backend.native(problem, config, ops).steps
+    assert _slot_names(gemm, rw_kernels.TMA_PARAMS) == {"b_map": native.B + native.MAP,
+                                                        "d": native.D}
+    arena = staging._ARENAS[(ops.a.device, 0x55, "a")][-1]
+    assert _map_address(gemm.params[gemm.offsets[0]:]) == arena.data_ptr()
+    assert fake.encoded[-2][1:] == ((2 * k, m, 1), (2 * 192, 2 * 192 * m), (128, 128, 1))

@@ -197,6 +197,23 @@ def test_ptx_mma_kernel_on_large_ragged_shapes(t):
                        pad=pad)
 
 
+@pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("col", "row")],
+                         ids=["rr", "cc", "cr"])
+@pytest.mark.parametrize("t", [FLOAT_TYPES[0], FLOAT_TYPES[4]], ids=["float16", "bfloat16-float32"])
+def test_tma_kernel_on_mn_major_operands(t, layouts):
+    """The TMA kernel reading an M-major A or an N-major B where it lies (wgmma's transpose
+    bits), over many k-tiles, ragged in M, N and K, batched with C; it is the backend's default
+    for those orders on sm_90a."""
+    if _cc() != rw_kernels.WGMMA_CC:
+        pytest.skip("the TMA kernel needs sm_90a")
+    problem = synthetic(200, 264, 144, t[0], a_layout=layouts[0], b_layout=layouts[1],
+                        out_dtype=t[1], cc=_cc())
+    assert BACKEND.configs(problem)[0].name == next(iter(rw_kernels.TMA_TILES))
+    for config in rw_kernels.TMA_TILES:
+        _run_and_check(t, layouts, config, 1000, 1031, 1029, pad=8)
+        _run_and_check(t, layouts, config, 257, 383, 4099, batch=2, with_c=True, pad=8)
+
+
 def test_misaligned_operands_take_the_generic_kernel():
     gen = _gen("misaligned")
     m, n, k = 129, 65, 77
