@@ -19,6 +19,8 @@ GPU library. The contract:
 - ``prepare_many(jobs, max_workers)`` (optional, with ``parallel_builds``): many builds at once.
 - ``produce(problem, config, alpha, beta, kind, matrices)`` (optional): the one call that makes
   D for a remembered call, given the caller's arrays as they are.
+- ``config_named(problem, name)`` (optional): a config a caller names that ``configs`` does not
+  list for the problem but the backend runs (e.g. a tile with K split some other way).
 
 The optional hooks have defaults here; a backend that overrides one must keep its parameters,
 which the registry checks when it loads the backend (:func:`contract_fault`).
@@ -100,6 +102,12 @@ class Backend(abc.ABC):
         config no kernel can run whole is refused before anything is launched."""
         return None
 
+    def config_named(self, problem: Problem, name: str) -> Config | None:
+        """The config called ``name`` that :meth:`configs` leaves out of its list for
+        ``problem`` but whose kernel runs it (a family of configs too large to list), or None:
+        the default, where every config the backend runs is listed."""
+        return None
+
     def autotuned(self, problem: Problem) -> Config | None:
         """The config an "autotune" config picked for ``problem`` in this process, None where
         none has (or the backend has no such config)."""
@@ -175,7 +183,7 @@ class Backend(abc.ABC):
 
 
 #: the hooks a backend may override, each checked against the contract's parameters on load
-HOOKS = ("bind", "native", "prepare_many", "produce")
+HOOKS = ("bind", "native", "prepare_many", "produce", "config_named")
 
 
 def contract_fault(backend: object) -> str | None:

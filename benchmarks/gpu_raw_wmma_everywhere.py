@@ -5,7 +5,7 @@ Run from the repository root on a machine with a GPU:
 
     python3 benchmarks/gpu_raw_wmma_everywhere.py --out-dir benchmarks/results/<GPU> \\
         [--suite named --suite validation] [--dtype float16 --dtype bfloat16] \\
-        [--mode eager --mode graph] [--max-seconds 2]
+        [--mode eager --mode graph] [--max-seconds 2] [--name raw_wmma_everywhere]
 
 Suites: ``named`` is 4096³ and 8192³ in each major order of A and B ("nn" plain ``A @ B``,
 "nt" ``x @ W.T``, "tn", "tt") and two ``x @ W.T`` shapes few tiles cover (257x4096x4096,
@@ -16,9 +16,9 @@ then timed against ``torch.matmul(A, B)`` with their runs alternated
 (:func:`multibackend.gpu.timing.time_interleaved`, median): ``eager`` back-to-back calls, host
 included, or ``graph`` (the calls captured in a CUDA graph and replayed).
 
-Writes ``raw_wmma_everywhere_<mode>.json``: rows ``{suite, dtype, m, n, k, batch, layout,
-backend, config, ms, torch_ms}``, ``backend`` "raw_wmma" (``config`` the one it chose, from
-``explain()``) or "torch"; prints the ratio torch_ms / ms per problem and, per suite, the
+Writes ``<name>_<mode>.json`` (``--name``, default ``raw_wmma_everywhere``): rows ``{suite,
+dtype, m, n, k, batch, layout, backend, config, ms, torch_ms}``, ``backend`` "raw_wmma"
+(``config`` the one it chose, from ``explain()``) or "torch"; prints the ratio torch_ms / ms per problem and, per suite, the
 geometric mean, the worst problem and the problems with M <= 64.
 """
 from __future__ import annotations
@@ -46,6 +46,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--mode", action="append", dest="modes", choices=("eager", "graph"))
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--max-seconds", type=float, default=2.0, help="per problem and mode")
+    p.add_argument("--name", default="raw_wmma_everywhere", help="output files' stem")
     return p.parse_args()
 
 
@@ -106,7 +107,7 @@ def main() -> int:
                       f"{base * 1e3:9.1f} us  raw_wmma {base / timed['raw_wmma'].median_ms:.3f}x"
                       f"  {config}", flush=True)
                 del a, b
-        (args.out_dir / f"raw_wmma_everywhere_{mode}.json").write_text(
+        (args.out_dir / f"{args.name}_{mode}.json").write_text(
             json.dumps(rows, indent=1) + "\n")
         for line in summary(rows, mode) + [f"  note: {n}" for n in notes]:
             print(line, flush=True)

@@ -434,9 +434,16 @@ struct TmaGemm {
     using Acc = typename Gemm::Acc;
     static constexpr int kConsumers = Gemm::kThreads;
     static constexpr int kThreads = kConsumers + 128;
+    // Two or more consumer warpgroups take the producer's registers; one (a 64-row tile) has
+    // enough of the launch's own (its 128 accumulators in at most 255 a thread).
+    static constexpr bool kHandsRegs = kConsumers > 128;
     static constexpr int kProducerRegs = 40;
-    static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / (kConsumers / 128) / 8 * 8;
-    static_assert(kConsumerRegs >= 128 && kConsumerRegs <= 256, "setmaxnreg's range");
+    static constexpr int kConsumerRegs =
+        kHandsRegs ? (65536 / 128 - kProducerRegs) / (kConsumers / 128) / 8 * 8 : 0;
+    static_assert(!kHandsRegs || (kConsumerRegs >= 128 && kConsumerRegs <= 256),
+                  "setmaxnreg's range");
+    // the code of the accumulators' type: what split-K partials are written as
+    static constexpr int kAccCode = Same<Acc, int>::value ? kS32 : kF32;
     static constexpr int kStageBytes = Gemm::kStageBytes;
     static constexpr int kBRows = BN / CLUSTER;  // columns of B each CTA of a cluster loads
     // the stages from a 1024-byte boundary, then STAGES `full` and STAGES `empty` barriers
@@ -469,15 +476,15 @@ struct TmaGemm {
         }
     }
 
-    // The producer lane: every k-tile of this CTA's batch entries, in the consumers' order,
-    // each into the next slot once its previous k-tile's readers have all released it.
+    // The producer lane: k-tiles kt0 .. kt1 - 1 of this CTA's batch entries, in the consumers'
+    // order, each into the next slot once its previous k-tile's readers have all released it.
     __device__ static void produce(const TensorMap& amap, const TensorMap& bmap, unsigned smem,
-                                   unsigned full, unsigned empty, int m0, int n0, int KT,
-                                   int batch) {
+                                   unsigned full, unsigned empty, int m0, int n0, int kt0,
+                                   int kt1, int batch) {
         const int rank = CLUSTER > 1 ? static_cast<int>(cluster_rank()) : 0;
         int slot = 0, round = 0;  // the stage slot, and how often it has been filled
         for (int bi = blockIdx.y; bi < batch; bi += gridDim.y)
-            for (int kt = 0; kt < KT; ++kt) {
+            for (int kt = kt0; kt < kt1; ++kt) {
                 if (round > 0) mbar_wait(empty + 8 * slot, (round - 1) & 1);
                 const unsigned stage = smem + slot * kStageBytes, bar = full + 8 * slot;
                 mbar_expect_tx(bar, kStageBytes);
@@ -500,8 +507,13 @@ struct TmaGemm {
         if (lane < CLUSTER) mbar_arrive(empty + 8 * slot, lane);
     }
 
+    // The consumer warpgroups: k-tiles kt0 .. kt1 - 1 of each batch entry into the
+    // accumulators, then D through the epilogue `ep`, or (split-K, `splits` > 1) the
+    // accumulators as they are into this split's partial, (batch, M, N) elements of Acc from
+    // `ws`, for rw_tma_reduce to sum.
     __device__ static void consume(unsigned smem, unsigned full, unsigned empty, int M, int N,
-                                   int m0, int n0, int KT, int batch, const Epilogue& ep) {
+                                   int m0, int n0, int kt0, int kt1, int batch,
+                                   const Epilogue& ep, void* ws, int splits) {
         const unsigned a_row = (threadIdx.x / 128) * 64 * kKRowBytes;
         int slot = 0, round = 0;
         for (int bi = blockIdx.y; bi < batch; bi += gridDim.y) {
@@ -511,7 +523,7 @@ struct TmaGemm {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[0][j][e] = Acc(0);
             int last = -1;  // the slot of the k-tile whose wgmma may still be running
-            for (int kt = 0; kt < KT; ++kt) {
+            for (int kt = kt0; kt < kt1; ++kt) {
                 mbar_wait(full + 8 * slot, round & 1);
                 Gemm::Warpgroup::ktile(acc, smem + slot * kStageBytes, a_row);
                 wgmma_wait<1>();
@@ -524,17 +536,28 @@ struct TmaGemm {
             }
             wgmma_wait<0>();
             if (last >= 0) release(empty, last);
-            Gemm::epilogue(acc, ep, bi, M, N, m0, n0);
+            if (splits > 1) {
+                Acc* part = static_cast<Acc*>(ws) + static_cast<long long>(blockIdx.z) * batch *
+                                                        M * N;
+                const Epilogue plain{nullptr, part, 0, 0, 0, 1.0, 0.0, kAccCode, kAccCode, 0};
+                Gemm::epilogue(acc, plain, bi, M, N, m0, n0);
+            } else {
+                Gemm::epilogue(acc, ep, bi, M, N, m0, n0);
+            }
         }
     }
 
+    // Split `splits` (blockIdx.z) of K: its share of the KT k-tiles, as even as they divide.
     __device__ static void run(const TensorMap& amap, const TensorMap& bmap, int M, int N,
-                               int kbytes, int batch, const Epilogue& ep) {
+                               int kbytes, int batch, const Epilogue& ep, void* ws,
+                               int splits) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
         extern __shared__ __align__(128) unsigned char smem_bytes[];
         const unsigned smem = (shared_address(smem_bytes) + 1023) & ~1023u;
         const unsigned full = smem + STAGES * kStageBytes, empty = full + 8 * STAGES;
         const int KT = (kbytes + kKRowBytes - 1) / kKRowBytes;
+        const int kt0 = static_cast<int>(static_cast<long long>(KT) * blockIdx.z / splits);
+        const int kt1 = static_cast<int>(static_cast<long long>(KT) * (blockIdx.z + 1) / splits);
         if (threadIdx.x == kConsumers) {
             for (int s = 0; s < STAGES; ++s) {
                 mbar_init(full + 8 * s, 1);
@@ -550,11 +573,12 @@ struct TmaGemm {
         grouped_tile<BM * CLUSTER, BN>(M, N, blockIdx.x / CLUSTER, m0, n0);
         m0 += (blockIdx.x % CLUSTER) * BM;
         if (threadIdx.x < kConsumers) {
-            regs_raise<kConsumerRegs>();
-            consume(smem, full, empty, M, N, m0, n0, KT, batch, ep);
+            if constexpr (kHandsRegs) regs_raise<kConsumerRegs>();
+            consume(smem, full, empty, M, N, m0, n0, kt0, kt1, batch, ep, ws, splits);
         } else {
-            regs_lower<kProducerRegs>();
-            if (threadIdx.x == kConsumers) produce(amap, bmap, smem, full, empty, m0, n0, KT, batch);
+            if constexpr (kHandsRegs) regs_lower<kProducerRegs>();
+            if (threadIdx.x == kConsumers)
+                produce(amap, bmap, smem, full, empty, m0, n0, kt0, kt1, batch);
         }
         if constexpr (CLUSTER > 1) {
             __syncwarp();
@@ -565,6 +589,23 @@ struct TmaGemm {
 #endif
     }
 };
+
+// Split-K's second pass: D = alpha * (the sum of the `splits` partials, (batch, M, N) elements
+// of Acc each, summed in split order) + beta * C, one output per thread of a grid-stride loop.
+template <typename Acc>
+__device__ void splitk_reduce(const Acc* ws, int splits, int M, int N, int batch,
+                              const Epilogue& ep) {
+    const long long total = static_cast<long long>(batch) * M * N;
+    const long long step = static_cast<long long>(gridDim.x) * blockDim.x;
+    for (long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += step) {
+        Acc sum = ws[i];
+        for (int s = 1; s < splits; ++s) sum += ws[s * total + i];
+        const long long row = i / N;
+        write_element<Acc>(ep, static_cast<int>(row / M), static_cast<int>(row % M),
+                           static_cast<int>(i % N), N, M, sum);
+    }
+}
 
 }  // namespace rw
 
@@ -620,11 +661,13 @@ RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)
 // Entry point rw_tma_<kind>_<BM>x<BN>_c<CLUSTER>[_<A><B>] (sm_90a): A and B as tensor maps
 // of bytes with 128-byte boxes in the 128-byte swizzle (multibackend/gpu/tensormap.py) — a
 // K-major operand (K, rows, batch) in boxes of BM or BN / CLUSTER rows, an MN-major one
-// (rows, K, batch) in boxes of 64 k's — then C, D and the epilogue's parameters. The suffix
-// names A's and B's major orders ("r" row-, "c" column-major) where they are not A row- and B
-// column-major: the 16-bit kinds are built for all four. Grid: x = output tiles (a multiple
-// of CLUSTER), y = batch; block BM / 64 + 1 warpgroups; dynamic shared memory
-// TmaGemm<...>::kSmemBytes (kept in step with TMA_TILES in backends/raw_wmma/kernels.py).
+// (rows, K, batch) in boxes of 64 k's — then C, D, the epilogue's parameters, and split-K's
+// workspace and number of splits (1: D written directly; more: each split's partial written
+// to ws for rw_tma_reduce). The suffix names A's and B's major orders ("r" row-, "c"
+// column-major) where they are not A row- and B column-major: the 16-bit kinds are built for
+// all four. Grid: x = output tiles (a multiple of CLUSTER), y = batch, z = splits; block
+// BM / 64 + 1 warpgroups; dynamic shared memory TmaGemm<...>::kSmemBytes (kept in step with
+// TMA_TILES in backends/raw_wmma/kernels.py).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define RW_CLUSTER_DIMS(CL) __cluster_dims__(CL, 1, 1)
 #else
@@ -635,17 +678,18 @@ RW_WGMMA_TILES(rw_wgmma_b1and, rw::WgB1And, 1, 256)
         NAME(const __grid_constant__ rw::TensorMap a_map,                                       \
              const __grid_constant__ rw::TensorMap b_map, const void* c, void* d, int M, int N, \
              int kbytes, long long scm, long long scn, long long sbc, int batch, double alpha,  \
-             double beta, int c_code, int d_code) {                                             \
+             double beta, int c_code, int d_code, void* ws, int splits) {                       \
         if constexpr (rw::selected(#NAME)) {                                                    \
             const rw::Epilogue ep{c, d, scm, scn, sbc, alpha, beta, c_code, d_code, 0};         \
             rw::TmaGemm<MMA<WIDE, MAJOR>, BM, BN, ST, CL>::run(a_map, b_map, M, N, kbytes,      \
-                                                               batch, ep);                      \
+                                                               batch, ep, ws, splits);          \
         }                                                                                       \
     }
 
 #define RW_TMA_TILES(PREFIX, MMA, WIDE, MAJOR, LAYOUT)                          \
     RW_TMA(PREFIX##_128x256_c1##LAYOUT, MMA, WIDE, MAJOR, 128, 256, 4, 1)       \
-    RW_TMA(PREFIX##_128x256_c2##LAYOUT, MMA, WIDE, MAJOR, 128, 256, 4, 2)
+    RW_TMA(PREFIX##_128x256_c2##LAYOUT, MMA, WIDE, MAJOR, 128, 256, 4, 2)       \
+    RW_TMA(PREFIX##_64x256_c1##LAYOUT, MMA, WIDE, MAJOR, 64, 256, 4, 1)
 // the 16-bit kinds: A row- (K-major) or column-major (M-major), B column- (K-major) or
 // row-major (N-major)
 #define RW_TMA_LAYOUTS(PREFIX, MMA)                                             \
@@ -660,3 +704,20 @@ RW_TMA_TILES(rw_tma_tf32, rw::WgTf32, 256, rw::kKMajor, )
 RW_TMA_TILES(rw_tma_s8, rw::WgS8, 128, rw::kKMajor, )
 RW_TMA_TILES(rw_tma_u8, rw::WgU8, 128, rw::kKMajor, )
 RW_TMA_TILES(rw_tma_b1and, rw::WgB1And, 256, rw::kKMajor, )
+
+// Entry point rw_tma_reduce_<acc>: split-K's second pass over the partials `ws` the TMA
+// kernels wrote with `splits` > 1 (float32 for the floating kinds, int32 for s8, u8 and b1),
+// D and C as the TMA kernel's epilogue takes them. Grid: x = blocks of 256 outputs.
+#define RW_TMA_REDUCE(NAME, ACC)                                                                \
+    extern "C" __global__ void __launch_bounds__(256)                                           \
+        NAME(const void* ws, int splits, int M, int N, int batch, const void* c, void* d,       \
+             long long scm, long long scn, long long sbc, double alpha, double beta, int c_code, \
+             int d_code) {                                                                      \
+        if constexpr (rw::selected(#NAME)) {                                                    \
+            const rw::Epilogue ep{c, d, scm, scn, sbc, alpha, beta, c_code, d_code, 0};         \
+            rw::splitk_reduce(static_cast<const ACC*>(ws), splits, M, N, batch, ep);            \
+        }                                                                                       \
+    }
+
+RW_TMA_REDUCE(rw_tma_reduce_f32, float)
+RW_TMA_REDUCE(rw_tma_reduce_s32, int)

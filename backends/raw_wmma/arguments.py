@@ -10,6 +10,7 @@ from multibackend.backends.raw_wmma.kernels import (
     DOT_UNROLL,
     ELEM_CODES,
     MAX_GRID_Y,
+    REDUCE_THREADS,
     Kernel,
 )
 from multibackend.core.config import Config, Operands
@@ -32,11 +33,11 @@ def gemm_c(problem: Problem, ops: Operands) -> Any:
 def gemm_grid(problem: Problem, kernel: Kernel) -> tuple[int, int, int]:
     """The grid of a GEMM kernel: x over the output tiles (for a TMA kernel whose clusters
     share B, whole clusters along M), y over the batch (each block loops over the batch
-    entries beyond MAX_GRID_Y)."""
+    entries beyond MAX_GRID_Y), z over the splits of K."""
     bm, bn = kernel.tile
     rows = -(-problem.m // bm)
     rows = -(-rows // kernel.cluster) * kernel.cluster
-    return rows * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), 1
+    return rows * -(-problem.n // bn), min(problem.batch, MAX_GRID_Y), kernel.splits
 
 
 def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str, int | float]:
@@ -55,7 +56,7 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
         "c_code": code, "d_code": code}
     if kernel.tma_boxes:
         del values["a"], values["b"], values["sba"], values["sbb"]
-        values["kbytes"] = a.shape[-1] * a.element_size()
+        values.update(kbytes=a.shape[-1] * a.element_size(), ws=0, splits=kernel.splits)
     elif kernel.source == "wmma_fast.cu":
         values.update(
             K=problem.k, lda=sa[1] if problem.a.layout == "row" else sa[2],
@@ -69,6 +70,24 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
         else:
             values["K"] = problem.k
     return values
+
+
+def workspace_bytes(problem: Problem, kernel: Kernel) -> int:
+    """The bytes of split-K's partials: one (batch, M, N) array of 4-byte accumulators per
+    split."""
+    return kernel.splits * problem.batch * problem.m * problem.n * 4
+
+
+def reduce_launch(problem: Problem, ops: Operands,
+                  kernel: Kernel) -> tuple[dict[str, int | float], tuple[int, int, int]]:
+    """The values of split-K's second pass's parameters (:data:`REDUCE_PARAMS`; ``ws``
+    written per call) and its grid: a block per REDUCE_THREADS outputs."""
+    values = gemm_arguments(problem, ops, kernel)
+    kept = ("splits", "M", "N", "batch", "c", "d", "scm", "scn", "sbc", "alpha", "beta",
+            "c_code", "d_code")
+    total = problem.batch * problem.m * problem.n
+    return ({"ws": 0, **{key: values[key] for key in kept}},
+            (min(-(-total // REDUCE_THREADS), 2**31 - 1), 1, 1))
 
 
 def tensor_maps(problem: Problem, ops: Operands,

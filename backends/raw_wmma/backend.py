@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 from multibackend.backends.base import Backend
 from multibackend.backends.raw_wmma.arguments import (
@@ -59,7 +59,9 @@ from multibackend.backends.raw_wmma.arguments import (
     gemm_arguments,
     gemm_c,
     gemm_grid,
+    reduce_launch,
     tensor_maps,
+    workspace_bytes,
 )
 from multibackend.backends.raw_wmma.kernels import (
     DOT_CONFIGS,
@@ -71,6 +73,8 @@ from multibackend.backends.raw_wmma.kernels import (
     KMAJOR_PREFIXES,
     MIN_CC,
     MMA_TILES,
+    REDUCE_PARAMS,
+    REDUCE_THREADS,
     TMA_TILES,
     WGMMA_TILES,
     Kernel,
@@ -82,7 +86,10 @@ from multibackend.backends.raw_wmma.kernels import (
     kernel_for,
     mma_eligible,
     mma_kind,
+    reduce_kernel,
+    tma_choice,
     tma_eligible,
+    tma_tile,
     wgmma_eligible,
 )
 from multibackend.core import dtypes
@@ -150,6 +157,15 @@ def _capability() -> Capability:
 
 
 # ---- kernel choice (pure: from the Problem and Config alone) -----------------------------
+
+class SplitLaunch(NamedTuple):
+    """A split-K call as :meth:`RawWmmaBackend.bind` prepared it: the TMA kernel writing the
+    partials, the second pass summing them, and the bytes of the partials."""
+
+    gemm: driver.Launch
+    reduce: driver.Launch
+    nbytes: int
+
 
 class RawWmmaBackend(Backend):
     name = "raw_wmma"
@@ -221,16 +237,22 @@ class RawWmmaBackend(Backend):
         if problem.op == "dot":
             return [dot.config() for dot in DOT_CONFIGS.values()]
         out = []
-        if tma_eligible(problem) is None:
-            out += [tile.config() for tile in TMA_TILES.values()]
+        if tma_eligible(problem) is None:  # the backend's own choice of tile and splits first
+            chosen = tma_choice(problem)
+            out += [chosen.config()] + [tile.config() for tile in TMA_TILES.values()
+                                        if tile != chosen]
         if wgmma_eligible(problem) is None:
             out += [tile.config() for tile in WGMMA_TILES.values()]
         # the K-major kernels on copies of A row-major and B column-major (staging.py): ahead
-        # of the WMMA kernels, after the fast f16 / bf16 one (no copy, no stream pinning)
+        # of the WMMA kernels, after the fast f16 / bf16 one (no copy, no stream pinning);
+        # not for f16 / bf16 where the TMA kernel reads copies in their own order
+        sixteen_bit = problem.in_dtype in ("float16", "bfloat16")
         kmajor = (staging.offered(self, problem, KMAJOR_OFFERED, kmajor=True,
                                   keep=lambda c: c.name.startswith(KMAJOR_PREFIXES))
-                  if mma_kind(problem) and mma_eligible(problem) is not None else [])
-        sixteen_bit = problem.in_dtype in ("float16", "bfloat16")
+                  if mma_kind(problem) and mma_eligible(problem) is not None
+                  and not (sixteen_bit and problem.op == "matmul"
+                           and tma_eligible(staging.staged_problem(problem)) is None)
+                  else [])
         if not sixteen_bit:
             out += kmajor
         fast = fast_eligible(problem)
@@ -246,6 +268,21 @@ class RawWmmaBackend(Backend):
             out += [tile.config() for tile in MMA_TILES[mma_kind(problem)].values()]
         out += [fragment(frag).config() for frag in FRAGS.get(problem.in_dtype, ())]
         return out
+
+    def config_named(self, problem: Problem, name: str) -> Config | None:
+        """A TMA config the list leaves out: any tile of TMA_TILES with K in any number of
+        splits up to MAX_SPLIT (``tma_<tile>_k<splits>``), or staged as the list stages the
+        TMA kernel for this problem (``staged:tma_...``)."""
+        inner = name.removeprefix(staging.PREFIX)
+        tile = tma_tile(inner)
+        if tile is None:
+            return None
+        if inner == name:
+            return tile.config() if tma_eligible(problem) is None else None
+        for offered in self.configs(problem):
+            if staging.is_staged(offered) and tma_tile(staging.inner(offered).name):
+                return staging.wrap(tile.config(), staging.is_kmajor(offered))
+        return None
 
     # -- compile and load --
 
@@ -274,6 +311,8 @@ class RawWmmaBackend(Backend):
             self._function(problem, kernel.source, dot_final_name(problem))
         else:
             self._function(problem, kernel.source, kernel.name, kernel.smem, kernel.arch_suffix)
+            if kernel.splits > 1:
+                self._function(problem, kernel.source, reduce_kernel(problem))
 
     # -- launch --
 
@@ -309,14 +348,16 @@ class RawWmmaBackend(Backend):
 
     def native(self, problem: Problem, config: Config,
                operands: Operands) -> native.Native | None:
-        """The fast or generic kernel's launch as :meth:`bind` prepared it, for a product
-        without C — for a staged config, after the copies of :func:`staging.native_copies`,
-        its kernel reading them where they lie (the plan runs on the caller's stream only);
-        the dot's two passes with the block partials of the caller's stream (the same)."""
+        """The kernel's launch as :meth:`bind` prepared it, for a product without C — for a
+        staged config, after the copies of :func:`staging.native_copies`, its kernel reading
+        them where they lie (the plan runs on the caller's stream only); split-K's two passes
+        with the partials of the caller's stream (the same); the dot's two passes with the
+        block partials of the caller's stream (the same)."""
         if problem.op == "dot":
             return self._dot_native(problem, config, operands)
         if problem.batch != 1 or gemm_c(problem, operands) is not None:
             return None
+        tile = tma_tile(staging.unwrap(problem, config)[1].name)
         copies, fixed, stream = (), {}, None
         if staging.is_staged(config):
             found = staging.native_copies(problem, operands, staging.is_kmajor(config))
@@ -329,9 +370,12 @@ class RawWmmaBackend(Backend):
         prepared = self._prepared.get(self._launch_key(problem, config, operands))
         if prepared is None:
             return None
+        split = prepared if isinstance(prepared, SplitLaunch) else None
+        if split is not None:
+            prepared = split.gemm
         # a TMA kernel reads A and B through tensor maps: their addresses are replaced per
         # call, a staged copy's map made once over its buffer
-        tma = config.name in TMA_TILES
+        tma = tile is not None
         slots = {(f"{role}_map" if tma else role): source + (native.MAP if tma else 0)
                  for role, source in (("a", native.A), ("b", native.B)) if role not in fixed}
         slots["d"] = native.D
@@ -340,9 +384,17 @@ class RawWmmaBackend(Backend):
                                               kernel_for(problem, config))))
             fixed = {f"{role}_map": TENSOR_MAP.from_buffer_copy(maps[role].bytes())
                      for role in fixed}
-        step = native.launch_step(prepared, slots, fixed, stream)
+        steps = [*copies]
+        if split is not None:  # split-K: both passes on the partials of the caller's stream
+            stream = operands.stream
+            at = {"ws": staging.arena(operands.d, stream, "splitk", split.nbytes).data_ptr()}
+            steps += [native.launch_step(prepared, slots, {**fixed, **at}, stream),
+                      native.launch_step(split.reduce, {"d": native.D}, at, stream)]
+        else:
+            steps.append(native.launch_step(prepared, slots, fixed, stream))
         return native.Native(dtypes.torch_dtype(problem.d_dtype), (problem.m, problem.n),
-                             prepared.function.context, (*copies, step), keep=(prepared,))
+                             prepared.function.context, tuple(steps),
+                             keep=(prepared,) if split is None else (prepared, split.reduce))
 
     def _dot_native(self, problem: Problem, config: Config,
                     operands: Operands) -> native.Native | None:
@@ -370,8 +422,9 @@ class RawWmmaBackend(Backend):
                 ops.alpha, ops.beta)
 
     def _bind_gemm(self, problem: Problem, kernel: Kernel,
-                   ops: Operands) -> tuple[BoundLaunch, driver.Launch]:
-        """The bound launch, and its :class:`~multibackend.gpu.driver.Launch`."""
+                   ops: Operands) -> tuple[BoundLaunch, driver.Launch | SplitLaunch]:
+        """The bound launch, and its :class:`~multibackend.gpu.driver.Launch` (with split-K,
+        its :class:`SplitLaunch`)."""
         fn = self._function(problem, kernel.source, kernel.name, kernel.smem, kernel.arch_suffix)
         values = gemm_arguments(problem, ops, kernel)
         if kernel.tma_boxes:
@@ -384,6 +437,9 @@ class RawWmmaBackend(Backend):
         slots, with_c, lock = args.values, gemm_c(problem, ops) is not None, threading.Lock()
         if kernel.tma_boxes:
             fields = (args.field_address("a_map"), args.field_address("b_map"))
+            second = self._reduce(problem, ops, kernel) if kernel.splits > 1 else None
+            if second is not None:
+                prepared = SplitLaunch(prepared, *second)
 
             def bound_tma(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
                 with lock:  # the maps and slots are shared: one launch at a time
@@ -394,7 +450,19 @@ class RawWmmaBackend(Backend):
                     if with_c:
                         slots.c = c.data_ptr()
                     slots.d = d.data_ptr()
+                    if second is None:
+                        launch(stream)
+                        return
+                    reduce, nbytes = second
+                    # the partials of this stream's calls: one call's second pass reads them
+                    # before the next call's first pass, queued after it, writes them again
+                    ws = staging.arena(d, stream, "splitk", nbytes).data_ptr()
+                    slots.ws = reduce.args.values.ws = ws
+                    if with_c:
+                        reduce.args.values.c = slots.c
+                    reduce.args.values.d = slots.d
                     launch(stream)
+                    reduce.launch(stream)
             return bound_tma, prepared
 
         def bound(a: Any, b: Any, c: Any, d: Any, stream: int) -> None:
@@ -406,6 +474,17 @@ class RawWmmaBackend(Backend):
                 slots.d = d.data_ptr()
                 launch(stream)
         return bound, prepared
+
+    def _reduce(self, problem: Problem, ops: Operands,
+                kernel: Kernel) -> tuple[driver.Launch, int]:
+        """Split-K's second pass for a TMA kernel of ``kernel.splits`` splits, and the bytes
+        of the partials it reads (what :class:`SplitLaunch` holds beside the first)."""
+        name = reduce_kernel(problem)
+        fn = self._function(problem, kernel.source, name)
+        values, grid = reduce_launch(problem, ops, kernel)
+        args = driver.Arguments(name, REDUCE_PARAMS, values)
+        return (driver.Launch(fn, grid, (REDUCE_THREADS, 1, 1), 0, args),
+                workspace_bytes(problem, kernel))
 
     def _bind_dot(self, problem: Problem, config: Config, kernel: Kernel,
                   ops: Operands) -> tuple[BoundLaunch, DotLaunch]:

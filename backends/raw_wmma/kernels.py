@@ -4,7 +4,8 @@ the rules that make a problem eligible for each (fast, mma, wgmma, TMA), and the
 :class:`Kernel` a (problem, config) pair runs."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from multibackend.backends.raw_wmma.records import (
     DotBlocks,
@@ -15,6 +16,7 @@ from multibackend.backends.raw_wmma.records import (
     WmmaFragment,
     by_name,
 )
+from multibackend.core import dtypes
 from multibackend.core.config import Config
 from multibackend.core.errors import InvalidArgument
 from multibackend.core.problem import Operand, Problem
@@ -70,9 +72,22 @@ KMAJOR_OFFERED = 2
 WGMMA_CC = (9, 0)
 #: the bytes the warpgroup kernel's stages may need to start on a 1024-byte boundary
 WGMMA_ALIGN = 1024
-#: TMA-fed warpgroup tiles by name (:class:`~.records.TmaTile`); the default first (kept in
-#: step with RW_TMA_TILES in raw_wmma/mma_kmajor.cu)
-TMA_TILES = by_name(TmaTile(128, 256, 1), TmaTile(128, 256, 2))
+#: TMA-fed warpgroup tiles by name (:class:`~.records.TmaTile`), the default for more than 64
+#: rows first (kept in step with RW_TMA_TILES in raw_wmma/mma_kmajor.cu); each also runs split
+#: along K (``<name>_k<splits>``, :func:`tma_tile`), the choice of :func:`tma_choice`
+TMA_TILES = by_name(TmaTile(128, 256, 1), TmaTile(128, 256, 2), TmaTile(64, 256, 1))
+#: the tile of products of at most 64 rows: one consumer warpgroup, half the wasted rows
+TMA_SKINNY = "tma_64x256_c1"
+#: the multiprocessors the wave rule counts: 132 on every sm_90a part of the data centre but
+#: the H100 PCIe (114)
+WAVE_SMS = 132
+#: split-K: at most MAX_SPLIT splits, each at least MIN_SPLIT_KTILES k-tiles (128 bytes of K)
+MAX_SPLIT = 16
+MIN_SPLIT_KTILES = 4
+#: split-K's second pass (RW_TMA_REDUCE in mma_kmajor.cu): its block size, and its entry point
+#: by the accumulators' type
+REDUCE_THREADS = 256
+REDUCE_KERNELS = {"float32": "rw_tma_reduce_f32", "int32": "rw_tma_reduce_s32"}
 #: kinds whose wgmma also reads an operand MN-major (its transpose bit: A column-major, B
 #: row-major), which the TMA kernel loads as it lies (RW_TMA_LAYOUTS in mma_kmajor.cu)
 MN_MAJOR_KINDS = ("f16", "bf16")
@@ -122,7 +137,12 @@ TMA_PARAMS: tuple[Param, ...] = (
     ("a_map", TENSOR_MAP), ("b_map", TENSOR_MAP), ("c", POINTER), ("d", POINTER), ("M", INT32),
     ("N", INT32), ("kbytes", INT32), ("scm", INT64), ("scn", INT64), ("sbc", INT64),
     ("batch", INT32), ("alpha", FLOAT64), ("beta", FLOAT64), ("c_code", INT32),
-    ("d_code", INT32))
+    ("d_code", INT32), ("ws", POINTER), ("splits", INT32))
+#: split-K's second pass (RW_TMA_REDUCE)
+REDUCE_PARAMS: tuple[Param, ...] = (
+    ("ws", POINTER), ("splits", INT32), ("M", INT32), ("N", INT32), ("batch", INT32),
+    ("c", POINTER), ("d", POINTER), ("scm", INT64), ("scn", INT64), ("sbc", INT64),
+    ("alpha", FLOAT64), ("beta", FLOAT64), ("c_code", INT32), ("d_code", INT32))
 DOT_PARAMS: tuple[Param, ...] = (("x", POINTER), ("sx", INT64), ("y", POINTER), ("sy", INT64),
                                  ("n", INT64), ("partial", POINTER))
 DOT_FINAL_PARAMS: tuple[Param, ...] = (("partial", POINTER), ("count", INT32), ("out", POINTER),
@@ -222,6 +242,44 @@ def tma_eligible(problem: Problem) -> str | None:
     return None
 
 
+def tma_tile(name: str) -> TmaTile | None:
+    """The TMA tile a config name stands for: one of :data:`TMA_TILES`, or one of them split
+    along K (``<name>_k<splits>``, 2 .. :data:`MAX_SPLIT` splits); None for any other name."""
+    found = re.fullmatch(r"(.+)_k(\d+)", name)
+    base = TMA_TILES.get(found.group(1) if found else name)
+    if base is None:
+        return None
+    if not found:
+        return base
+    split = int(found.group(2))
+    return replace(base, split=split) if 2 <= split <= MAX_SPLIT else None
+
+
+def kbytes_of(problem: Problem) -> int:
+    """The bytes of K in a row of A (packed bytes for sub-byte operands)."""
+    return int(problem.a.cols * dtypes.get(problem.a.dtype).itemsize)
+
+
+def tma_choice(problem: Problem) -> TmaTile:
+    """The TMA tile the backend runs a problem on unless told otherwise, by waves of
+    :data:`WAVE_SMS` multiprocessors: 64-row tiles for at most 64 rows (:data:`TMA_SKINNY`),
+    else 128 x 256; where those tiles fill less than half a wave, K split so that the tiles
+    times the splits fill at most one (each split at least :data:`MIN_SPLIT_KTILES` k-tiles,
+    at most :data:`MAX_SPLIT` splits)."""
+    tile = TMA_TILES[TMA_SKINNY] if problem.m <= 64 else next(iter(TMA_TILES.values()))
+    tiles = -(-problem.m // tile.bm) * -(-problem.n // tile.bn) * problem.batch
+    if 2 * tiles >= WAVE_SMS:
+        return tile
+    ktiles = -(-kbytes_of(problem) // MMA_ROW_BYTES)
+    split = min(WAVE_SMS // tiles, ktiles // MIN_SPLIT_KTILES, MAX_SPLIT)
+    return replace(tile, split=split) if split > 1 else tile
+
+
+def reduce_kernel(problem: Problem) -> str:
+    """Split-K's second pass for ``problem``: by its accumulators' type."""
+    return REDUCE_KERNELS["int32" if problem.acc == "int32" else "float32"]
+
+
 def tma_smem_bytes(bm: int, bn: int, stages: int) -> int:
     """Dynamic shared memory of a TMA kernel instance (TmaGemm::kSmemBytes): the stages from a
     1024-byte boundary, then two mbarriers per stage."""
@@ -248,8 +306,8 @@ def tma_boxes(problem: Problem, tile: TmaTile) -> tuple[int, int]:
 class Kernel:
     """One entry point: its source file, name, block size and dynamic shared memory, the
     suffix of the target it needs ("a": sm_90a's architecture-specific instructions) and, for a
-    TMA kernel, the rows of its boxes of A and of B (None: the kernel reads pointers) and the
-    CTAs of its clusters."""
+    TMA kernel, the rows of its boxes of A and of B (None: the kernel reads pointers), the
+    CTAs of its clusters and the splits of K."""
 
     source: str
     name: str
@@ -259,6 +317,7 @@ class Kernel:
     arch_suffix: str = ""
     tma_boxes: tuple[int, int] | None = None
     cluster: int = 1
+    splits: int = 1
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -295,14 +354,14 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       fast.warps * 32,
                       fast_smem_bytes(fast.bm, fast.bn, fast.bk, fast.stages, lay[0] == "r",
                                       lay[1] == "r"), (fast.bm, fast.bn))
-    if config.name in TMA_TILES:
+    tma = tma_tile(config.name)
+    if tma is not None:
         _require(tma_eligible(problem), config)
-        tma = TMA_TILES[config.name]
         suffix = "" if lay == "rc" else f"_{lay}"
-        return Kernel("mma_kmajor.cu",
-                      f"rw_tma_{mma_kind(problem)}_{tma.name.removeprefix('tma_')}{suffix}",
-                      tma.warps * 32, tma_smem_bytes(tma.bm, tma.bn, tma.stages),
-                      (tma.bm, tma.bn), "a", tma_boxes(problem, tma), tma.cluster)
+        entry = f"rw_tma_{mma_kind(problem)}_{tma.bm}x{tma.bn}_c{tma.cluster}{suffix}"
+        return Kernel("mma_kmajor.cu", entry, tma.warps * 32,
+                      tma_smem_bytes(tma.bm, tma.bn, tma.stages), (tma.bm, tma.bn), "a",
+                      tma_boxes(problem, tma), tma.cluster, tma.split)
     if config.name in WGMMA_TILES:
         _require(wgmma_eligible(problem), config)
         wg = WGMMA_TILES[config.name]

@@ -44,15 +44,18 @@ class FastTile:
 @dataclass(frozen=True)
 class TmaTile:
     """``mma_kmajor.cu``'s TMA-fed warpgroup kernel: BM / 64 consumer warpgroups and one
-    producer warpgroup, a cluster of ``cluster`` CTAs sharing B's loads."""
+    producer warpgroup, a cluster of ``cluster`` CTAs sharing B's loads; with ``split`` > 1,
+    K cut into that many splits whose partials a second kernel sums (split-K)."""
 
     bm: int
     bn: int
     cluster: int
+    split: int = 1
 
     @property
     def name(self) -> str:
-        return f"tma_{self.bm}x{self.bn}_c{self.cluster}"
+        base = f"tma_{self.bm}x{self.bn}_c{self.cluster}"
+        return base if self.split == 1 else f"{base}_k{self.split}"
 
     @property
     def stages(self) -> int:
@@ -64,7 +67,7 @@ class TmaTile:
 
     def config(self) -> Config:
         return Config.of(self.name, BM=self.bm, BN=self.bn, STAGES=self.stages,
-                         WARPS=self.warps, CLUSTER=self.cluster)
+                         WARPS=self.warps, CLUSTER=self.cluster, SPLIT_K=self.split)
 
 
 @dataclass(frozen=True)

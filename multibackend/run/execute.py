@@ -120,6 +120,9 @@ def resolve_config(problem: Problem, backend: str | None, config: Any) -> Config
     for candidate in offered:
         if candidate.name == config:
             return candidate
+    named = impl.config_named(problem, config) if impl is not None else None
+    if named is not None:
+        return named
     names = ", ".join(c.name for c in offered) or "none"
     raise InvalidArgument(f"{op}: config is {config!r}: not a config of backend {backend!r} "
                           f"for this problem (offered: {names})")

@@ -125,14 +125,17 @@ def sm90_only(name: str) -> bool:
 def warpgroup_only(name: str) -> bool:
     """Whether an entry point issues wgmma (the warpgroup GEMM and its ceiling probes): only
     sm_90a has it, and built for any other target its body traps."""
+    if name in rw_kernels.REDUCE_KERNELS.values():  # split-K's second pass: any target
+        return False
     return (name.startswith(("rw_wgmma_", "rw_tma_"))
             or re.search(r"_64x\d+x\d+$", name) is not None)
 
 
 def expected_family(name: str) -> str | None:
-    """The tensor-core instruction family an entry point must contain (None for the dot and
-    the staging copy): wgmma's (HGMMA, IGMMA, BGMMA) for the warpgroup entries."""
-    if name.startswith(("rw_dot", "rw_stage")):
+    """The tensor-core instruction family an entry point must contain (None for the dot,
+    the staging copy and split-K's second pass): wgmma's (HGMMA, IGMMA, BGMMA) for the
+    warpgroup entries."""
+    if name.startswith(("rw_dot", "rw_stage")) or name in rw_kernels.REDUCE_KERNELS.values():
         return None
     parts = name.split("_")
     kind = parts[1] if parts[1].startswith("b1") else parts[2]
@@ -242,6 +245,13 @@ TMA_LAYOUTS = {"rc": ("row", "col"), "rr": ("row", "row"), "cc": ("col", "col"),
                "cr": ("col", "row")}
 
 
+def _tma_offered(problem) -> list[str]:
+    """The TMA configs offered for a problem: the backend's choice of tile and splits, then
+    the other tiles."""
+    chosen = rw_kernels.tma_choice(problem).name
+    return [chosen] + [name for name in rw_kernels.TMA_TILES if name != chosen]
+
+
 def tma_kernels() -> dict[str, tuple[str, str, str]]:
     """Every TMA entry point by name: (kind, layout of A and B, config): each kind's K-major
     ones, and the 16-bit kinds' in the other three orders of A and B."""
@@ -269,11 +279,15 @@ def test_ptx_mma_kernels_sass(builds):
     wgmma = {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
              for kind in rw_kernels.WGMMA_KINDS for name in rw_kernels.WGMMA_TILES}
     wgmma |= set(tma_kernels())
+    reduce = set(rw_kernels.REDUCE_KERNELS.values())
     for arch in ARCHS:
         sass = builds[("mma_kmajor.cu", arch)][1]
-        assert set(sass) == wgmma | {rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
-                                     for kind, tiles in rw_kernels.MMA_TILES.items() for name in tiles}
+        assert set(sass) == wgmma | reduce | {
+            rw_kernels.kernel_for(_mma_problem(kind), Config.of(name)).name
+            for kind, tiles in rw_kernels.MMA_TILES.items() for name in tiles}
         for name, text in sass.items():
+            if name in reduce:
+                continue
             kind = name.split("_")[2]
             if (sm90_only(name) and arch < "sm_90") or name in wgmma:
                 assert "BPT.TRAP" in text and not re.search(r"[DH]G?MMA", text), f"{name} {arch}"
@@ -347,13 +361,124 @@ def test_tma_kernels_sass(builds):
         assert not re.search(r"\b[HIBD]MMA\.", text), f"{name}: an mma.sync"
         load = "UTMALDG.3D.MULTICAST" if cluster > 1 else "UTMALDG.3D "
         for what in (load, "SYNCS.ARRIVE.TRANS64 ", "SYNCS.PHASECHK.TRANS64.TRYWAIT",
-                     "USETMAXREG.DEALLOC", "USETMAXREG.TRY", "WARPGROUP.DEPBAR.LE gsb0, 0x1"):
+                     "WARPGROUP.DEPBAR.LE gsb0, 0x1"):
             assert what in text, f"{name}: no {what}"
+        # registers move from the producer only to two or more consumer warpgroups
+        hands = tile.bm > 64
+        assert ("USETMAXREG.DEALLOC" in text) == ("USETMAXREG.TRY" in text) == hands, name
         assert ("UCGABAR_WAIT" in text) == (cluster > 1), f"{name}: cluster barrier"
         assert "LDGSTS" not in text, f"{name}: copies through the threads"
         assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
         r = report[name]
         assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+
+
+@pytest.mark.slow
+@needs_nvcc
+@needs_cuobjdump
+def test_splitk_reduce_kernels_sass(builds):
+    """Split-K's second pass: a grid-stride loop of plain loads of the partials (no tensor
+    instruction, no atomics: the splits are summed in order), 0 spills and no stack, for sm_80
+    on as for sm_90a."""
+    for arch in (*ARCHS, WGMMA_ARCH):
+        report, sass = builds[("mma_kmajor.cu", arch)]
+        for name in rw_kernels.REDUCE_KERNELS.values():
+            text = sass[name]
+            assert "LDG.E" in text and not re.search(r"\b(ATOM|RED)\.", text), f"{name} {arch}"
+            assert not re.search(r"[HIBD]G?MMA", text), f"{name} {arch}"
+            r = report[name]
+            assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+
+
+@pytest.mark.parametrize("m,n,k,dtype,want", [
+    (1, 4096, 4096, "float16", "tma_64x256_c1_k8"),  # 16 tiles: 8 splits of 8 k-tiles
+    (16, 1024, 5120, "float16", "tma_64x256_c1_k16"),  # 4 tiles: at most 16 splits
+    (64, 37888, 3584, "float16", "tma_64x256_c1"),  # 148 tiles: a wave already
+    (65, 4096, 4096, "float16", "tma_128x256_c1_k8"),  # past 64 rows: 128-row tiles
+    (257, 4096, 4096, "bfloat16", "tma_128x256_c1_k2"),  # 48 tiles: two splits fill 96
+    (3001, 2056, 1552, "float16", "tma_128x256_c1"),
+    (4096, 4096, 4096, "float16", "tma_128x256_c1"),
+    (8, 256, 128, "float16", "tma_64x256_c1"),  # 2 k-tiles: nothing to split
+    (32, 4096, 4096, "int8", "tma_64x256_c1_k8"),  # 32 k-tiles of 128 int8
+])
+def test_tma_choice_splits_k_where_the_tiles_fill_less_than_half_a_wave(m, n, k, dtype, want):
+    problem = synthetic(m, n, k, dtype, b_layout="col")
+    assert rw_kernels.tma_choice(problem).name == want
+    assert backend.configs(problem)[0].name == want
+    kernel = rw_kernels.kernel_for(problem, Config.of(want))
+    assert kernel.splits == rw_kernels.tma_tile(want).split
+    for bad in ("tma_64x256_c1_k1", "tma_64x256_c1_k17", "tma_96x256_c1_k2"):
+        assert rw_kernels.tma_tile(bad) is None
+
+
+def test_a_named_tma_config_runs_with_any_splits_the_list_leaves_out():
+    """A caller may name any TMA tile with any splits up to MAX_SPLIT, direct or (where the
+    list stages the TMA kernel) staged, though the list offers one choice of splits; other
+    names are refused naming what is offered."""
+    from multibackend.run.execute import resolve_config
+
+    aligned = synthetic(50, 1000, 4096, "float16", cc=(9, 0))
+    assert "tma_128x256_c1_k3" not in [c.name for c in backend.configs(aligned)]
+    config = resolve_config(aligned, "raw_wmma", "tma_128x256_c1_k3")
+    assert config.get("SPLIT_K") == 3 and rw_kernels.kernel_for(aligned, config).splits == 3
+    with pytest.raises(InvalidArgument, match=r"'tma_128x256_c1_k17': not a config .*[(]offered: "
+                                              r"tma_64x256_c1_k16, tma_128x256_c1"):
+        resolve_config(aligned, "raw_wmma", "tma_128x256_c1_k17")
+    ints = synthetic(37, 45, 53, "int8", batch=3, cc=(9, 0))  # B row-major: staged K-major
+    config = resolve_config(ints, "raw_wmma", "staged:tma_64x256_c1_k2")
+    assert staging.is_kmajor(config)
+    kernel = rw_kernels.kernel_for(ints, config)
+    assert (kernel.name, kernel.splits) == ("rw_tma_s8_64x256_c1", 2)
+    with pytest.raises(InvalidArgument, match="not a config"):
+        resolve_config(synthetic(64, 64, 64, "float16", cc=(8, 0)), "raw_wmma",
+                       "tma_64x256_c1_k2")  # no TMA before sm_90a
+
+
+def test_splitk_launch_writes_partials_to_the_streams_workspace_then_sums_them(fake_driver,
+                                                                             monkeypatch):
+    """A split-K config launches the TMA kernel over (tiles, batch, splits) writing its
+    partials to the workspace of the call's stream (held across calls, one per stream), then
+    the second pass over every output with C, alpha and beta; for the compiled front, the
+    two passes pinned to the stream whose workspace they share."""
+    fake = FakeTensorMaps()
+    monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
+    monkeypatch.setattr(staging, "_ARENAS", {})
+    backend = rw.create()
+    fake_driver.current = 0x1000
+    m, n, k, batch = 40, 520, 4096, 2
+    problem = synthetic(m, n, k, "float16", batch=batch, b_layout="col", has_c=True, cc=(9, 0))
+    config = backend.configs(problem)[0]
+    assert config.name == "tma_64x256_c1_k16"  # 3 x 2 tiles, 64 k-tiles
+    a, b = _tensor((batch, m, k)), _tensor((batch, n, k)).transpose(1, 2)
+    c, d = _tensor((batch, m, n)), _tensor((batch, m, n))
+    ops = Operands(a, b, c, d, alpha=0.5, beta=2.0, stream=7)
+    backend.run(problem, ops, config)
+    gemm, second = fake_driver.launches
+    assert gemm["kernel"] == "rw_tma_f16_64x256_c1" and gemm["grid"] == (3 * 1, batch, 16)
+    assert second["kernel"] == "rw_tma_reduce_f32" and second["block"] == (256, 1, 1)
+    assert second["grid"] == (-(-batch * m * n // 256), 1, 1)
+    workspace = staging._ARENAS[(d.device, 7, "splitk")][-1]
+    assert workspace.numel() >= 16 * batch * m * n * 4
+    assert gemm["args"]["ws"] == second["args"]["ws"] == workspace.data_ptr()
+    assert gemm["args"]["splits"] == second["args"]["splits"] == 16
+    assert {key: second["args"][key] for key in ("M", "N", "batch", "c", "d", "alpha", "beta")} \
+        == {"M": m, "N": n, "batch": batch, "c": c.data_ptr(), "d": d.data_ptr(), "alpha": 0.5,
+            "beta": 2.0}
+    backend.bind(problem, config, ops)(a, b, c, d, 9)  # another stream: its own workspace
+    assert fake_driver.launches[-1]["args"]["ws"] == \
+        staging._ARENAS[(d.device, 9, "splitk")][-1].data_ptr() != workspace.data_ptr()
+    flat = synthetic(m, n, k, "float16", b_layout="col", cc=(9, 0))
+    ops = Operands(a[0], b[0], None, d[0], stream=7)
+    backend.run(flat, ops, config)
+    gemm, second = backend.native(flat, config, ops).steps
+    assert gemm.stream == second.stream == 7
+    assert _slot_names(gemm, rw_kernels.TMA_PARAMS) == {"a_map": native.A + native.MAP,
+                                                        "b_map": native.B + native.MAP,
+                                                        "d": native.D}
+    assert _slot_names(second, rw_kernels.REDUCE_PARAMS) == {"d": native.D}
+    ws_at = [name for name, _ in rw_kernels.TMA_PARAMS].index("ws")
+    assert struct.unpack_from("<Q", gemm.params, gemm.offsets[ws_at])[0] == \
+        workspace.data_ptr() == _step_values(second, rw_kernels.REDUCE_PARAMS)["ws"]
 
 
 def test_tma_kernel_reads_16_bit_operands_in_every_major_order():
@@ -374,7 +499,8 @@ def test_tma_kernel_reads_16_bit_operands_in_every_major_order():
                 assert not set(tma) & set(names)
                 assert (f"staged:{tma[0]}" in names) == (kind != "b1and")  # b1: no staging
                 continue
-            assert names[:2] == tma, (kind, lay)
+            offered = _tma_offered(problem)
+            assert names[:len(offered)] == offered, (kind, lay)
             for config, tile in rw_kernels.TMA_TILES.items():
                 kernel = rw_kernels.kernel_for(problem, Config.of(config))
                 suffix = "" if lay == "rc" else f"_{lay}"
@@ -399,6 +525,8 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
         wgmma = list(rw_kernels.WGMMA_TILES) if kind in rw_kernels.WGMMA_KINDS else []
         tma = list(rw_kernels.TMA_TILES) if kind in rw_kernels.WGMMA_KINDS else []
         fast = list(rw_kernels.FAST_TILES) if kind in ("f16", "bf16") else []
+        if tma:
+            tma = _tma_offered(_mma_problem(kind))
         assert [c.name for c in backend.configs(_mma_problem(kind))] == \
             [*tma, *wgmma, *fast, *tiles, *wmma[kind]]
         assert [c.name for c in backend.configs(_mma_problem(kind, cc=(8, 0)))] == \
@@ -412,9 +540,10 @@ def test_ptx_mma_kernel_offered_first_for_aligned_kmajor_products_only():
             assert kernel.smem == rw_kernels.mma_smem_bytes(bm, bn, stages, warpgroup=True)
             assert "sm_90a" in rw_kernels.wgmma_eligible(_mma_problem(kind, cc=(8, 0)))
             kernel = rw_kernels.kernel_for(_mma_problem(kind, cc=(9, 0)), Config.of(tma[0]))
-            tile = rw_kernels.TMA_TILES[tma[0]]
+            tile = rw_kernels.tma_tile(tma[0])
             bm, bn, stages, cluster = tile.bm, tile.bn, tile.stages, tile.cluster
-            assert kernel.name == f"rw_tma_{kind}_{tma[0].removeprefix('tma_')}"
+            assert kernel.name == f"rw_tma_{kind}_{bm}x{bn}_c{cluster}"
+            assert kernel.splits == tile.split
             assert kernel.threads == bm // 16 * 32 + 128 and kernel.arch_suffix == "a"
             assert kernel.smem == rw_kernels.tma_smem_bytes(bm, bn, stages) <= 227 * 1024
             assert kernel.tma_boxes == (bm, bn // cluster) and kernel.params == rw_kernels.TMA_PARAMS
@@ -795,8 +924,9 @@ def test_misaligned_rows_take_the_fast_kernel_on_staged_copies_and_say_so():
     # sm_90a: the TMA kernel on the copies (in A's and B's own orders), then the fast one
     hopper = replace(p, cc=(9, 0))
     configs = backend.configs(hopper)
-    assert [c.name for c in configs[:3]] == ["staged:tma_128x256_c1", "staged:tma_128x256_c2",
-                                             "staged:fast_128x256x32_s3"]
+    names = [c.name for c in configs]
+    assert names[:2] == ["staged:tma_128x256_c1", "staged:tma_128x256_c2"]
+    assert names.index("staged:fast_128x256x32_s3") < names.index("wmma_16x16x16")
     assert rw_kernels.kernel_for(hopper, configs[0]).name == "rw_tma_f16_128x256_c1_rr"
     assert "16-byte aligned" in backend.note(p)
     with pytest.raises(InvalidArgument, match="fast_128x256x32_s3"):
@@ -834,6 +964,7 @@ _SIGNATURES = {("wmma_fast.cu", "RW_FAST"): rw_kernels.GEMM_PARAMS["wmma_fast.cu
                ("wmma_subbyte.cu", "RW_SUBBYTE"): rw_kernels.GEMM_PARAMS["wmma_subbyte.cu"],
                ("mma_kmajor.cu", "RW_MMA"): rw_kernels.GEMM_PARAMS["mma_kmajor.cu"],
                ("mma_kmajor.cu", "RW_TMA"): rw_kernels.TMA_PARAMS,
+               ("mma_kmajor.cu", "RW_TMA_REDUCE"): rw_kernels.REDUCE_PARAMS,
                ("dot.cu", "RW_DOT"): rw_kernels.DOT_PARAMS,
                ("dot.cu", "RW_DOT_FINAL"): rw_kernels.DOT_FINAL_PARAMS,
                ("stage.cu", "RW_STAGE"): staging.STAGE_PARAMS}
@@ -1031,7 +1162,9 @@ def fake_driver(monkeypatch):
     monkeypatch.setattr(driver, "_contexts", {})
     def compile_cubin(source, kernel, arch, defines=()):
         fake.compiled.append((source.name, kernel, arch, tuple(defines)))
-        signatures[kernel] = ((rw_kernels.TMA_PARAMS if kernel.startswith("rw_tma_") else None)
+        signatures[kernel] = ((rw_kernels.REDUCE_PARAMS if kernel.startswith("rw_tma_reduce")
+                               else rw_kernels.TMA_PARAMS if kernel.startswith("rw_tma_")
+                               else None)
                               or rw_kernels.GEMM_PARAMS.get(source.name)
                               or (staging.STAGE_PARAMS if source.name == "stage.cu" else None)
                               or (rw_kernels.DOT_FINAL_PARAMS if "final" in kernel else rw_kernels.DOT_PARAMS))

@@ -214,6 +214,48 @@ def test_tma_kernel_on_mn_major_operands(t, layouts):
         _run_and_check(t, layouts, config, 257, 383, 4099, batch=2, with_c=True, pad=8)
 
 
+@pytest.mark.parametrize("t,layouts,config", [
+    (FLOAT_TYPES[0], ("row", "row"), "tma_64x256_c1_k4"),
+    (FLOAT_TYPES[3], ("row", "col"), "tma_128x256_c1_k3"),
+    (FLOAT_TYPES[1], ("col", "row"), "tma_128x256_c2_k5"),
+    (FLOAT_TYPES[5], ("row", "col"), "tma_64x256_c1_k7"),
+    (INT_TYPES[0], ("row", "col"), "tma_64x256_c1_k4"),
+    (INT_TYPES[1], ("row", "col"), "tma_128x256_c1_k16"),
+], ids=["f16-rr-64-k4", "bf16-rc-128-k3", "f16f32-cr-c2-k5", "tf32-rc-64-k7", "s8-rc-64-k4",
+        "u8-rc-128-k16"])
+def test_tma_split_k_sums_every_split_once(t, layouts, config):
+    """Split-K: each split's partial written to the stream's workspace and the second pass
+    summing them with alpha, beta and C, on ragged shapes (K not a multiple of the splits'
+    k-tiles, splits past the last k-tile summing zeros), batched; integers exact."""
+    if _cc() != rw_kernels.WGMMA_CC:
+        pytest.skip("the TMA kernel needs sm_90a")
+    pad = 16 // _torch_dtype(t[0]).itemsize
+    _run_and_check(t, layouts, config, 50, 1000, 4099, pad=pad)
+    _run_and_check(t, layouts, config, 257, 383, 1029, batch=2, with_c=True, pad=pad)
+    _run_and_check(t, layouts, config, 7, 300, 200, pad=pad)  # fewer k-tiles than splits
+
+
+def test_tma_choice_runs_decode_shapes_split_and_graph_replays_them():
+    """The backend's own choice for decode-sized products (64-row tiles, K split) is right in
+    eager calls and when captured in a CUDA graph and replayed on new values."""
+    if _cc() != rw_kernels.WGMMA_CC:
+        pytest.skip("the TMA kernel needs sm_90a")
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    for m, n, k in ((1, 4096, 4096), (16, 1024, 5120)):
+        a = torch.randint(-4, 5, (m, k), generator=gen, device=DEVICE).half()
+        b = torch.randint(-4, 5, (k, n), generator=gen, device=DEVICE).half()
+        assert "_k" in multibackend.explain(a, b, backend="raw_wmma").config.name
+        exact = (a.double() @ b.double()).half()
+        assert torch.equal(multibackend.matmul(a, b, backend="raw_wmma"), exact)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = multibackend.matmul(a, b, backend="raw_wmma")
+        a.copy_(torch.randint(-4, 5, (m, k), generator=gen, device=DEVICE).half())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, (a.double() @ b.double()).half())
+
+
 def test_misaligned_operands_take_the_generic_kernel():
     gen = _gen("misaligned")
     m, n, k = 129, 65, 77
