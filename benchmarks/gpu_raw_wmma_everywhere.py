@@ -18,8 +18,9 @@ included, or ``graph`` (the calls captured in a CUDA graph and replayed).
 
 Writes ``<name>_<mode>.json`` (``--name``, default ``raw_wmma_everywhere``): rows ``{suite,
 dtype, m, n, k, batch, layout, backend, config, ms, torch_ms}``, ``backend`` "raw_wmma"
-(``config`` the one it chose, from ``explain()``) or "torch"; prints the ratio torch_ms / ms per problem and, per suite, the
-geometric mean, the worst problem and the problems with M <= 64.
+(``config`` the one it chose, from ``explain()``) or "torch"; prints the ratio torch_ms /
+ms per problem and, per suite, the geometric mean, the worst problem and the problems with
+M <= 64.
 """
 from __future__ import annotations
 
