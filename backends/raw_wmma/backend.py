@@ -385,7 +385,10 @@ class RawWmmaBackend(Backend):
             fixed = {f"{role}_map": TENSOR_MAP.from_buffer_copy(maps[role].bytes())
                      for role in fixed}
         steps = [*copies]
-        if split is not None:  # split-K: both passes on the partials of the caller's stream
+        if split is not None:
+            # split-K: both passes on partials held for the caller's stream, pinned to it (the
+            # front queues a plan's steps together, holding the GIL: another call's steps
+            # come before or after them)
             stream = operands.stream
             at = {"ws": staging.arena(operands.d, stream, "splitk", split.nbytes).data_ptr()}
             steps += [native.launch_step(prepared, slots, {**fixed, **at}, stream),
@@ -436,6 +439,8 @@ class RawWmmaBackend(Backend):
         launch = prepared.launch
         slots, with_c, lock = args.values, gemm_c(problem, ops) is not None, threading.Lock()
         if kernel.tma_boxes:
+            import torch
+
             fields = (args.field_address("a_map"), args.field_address("b_map"))
             second = self._reduce(problem, ops, kernel) if kernel.splits > 1 else None
             if second is not None:
@@ -454,10 +459,11 @@ class RawWmmaBackend(Backend):
                         launch(stream)
                         return
                     reduce, nbytes = second
-                    # the partials of this stream's calls: one call's second pass reads them
-                    # before the next call's first pass, queued after it, writes them again
-                    ws = staging.arena(d, stream, "splitk", nbytes).data_ptr()
-                    slots.ws = reduce.args.values.ws = ws
+                    # this call's own partials, from torch's allocator on the call's stream
+                    # (current here): no other call, on any thread, writes them before this
+                    # call's second pass has read them
+                    ws = torch.empty(nbytes, dtype=torch.uint8, device=d.device)
+                    slots.ws = reduce.args.values.ws = ws.data_ptr()
                     if with_c:
                         reduce.args.values.c = slots.c
                     reduce.args.values.d = slots.d

@@ -290,7 +290,8 @@ def copy_plan(strides: tuple[int, int], now: Operand, itemsize: int
 def arena(like: Any, stream: int, role: str, nbytes: int) -> Any:
     """The byte buffer (a torch tensor on ``like``'s device) holding at least ``nbytes`` that
     the repeated staged calls on ``stream`` copy operand ``role`` ("a" or "b") into, or
-    (``role`` "splitk") that raw WMMA's split-K calls on ``stream`` write their partials to."""
+    (``role`` "splitk") that raw WMMA's split-K plans of the compiled front on ``stream``
+    write their partials to."""
     import torch
 
     key = (like.device, stream, role)

@@ -437,9 +437,9 @@ def test_a_named_tma_config_runs_with_any_splits_the_list_leaves_out():
 def test_splitk_launch_writes_partials_to_the_streams_workspace_then_sums_them(fake_driver,
                                                                              monkeypatch):
     """A split-K config launches the TMA kernel over (tiles, batch, splits) writing its
-    partials to the workspace of the call's stream (held across calls, one per stream), then
+    partials to a workspace of its own (from torch's allocator, on the call's stream), then
     the second pass over every output with C, alpha and beta; for the compiled front, the
-    two passes pinned to the stream whose workspace they share."""
+    two passes pinned to the stream whose held workspace they share."""
     fake = FakeTensorMaps()
     monkeypatch.setattr(tensormap, "_functions", lambda: (fake.encode, fake.replace))
     monkeypatch.setattr(staging, "_ARENAS", {})
@@ -457,20 +457,17 @@ def test_splitk_launch_writes_partials_to_the_streams_workspace_then_sums_them(f
     assert gemm["kernel"] == "rw_tma_f16_64x256_c1" and gemm["grid"] == (3 * 1, batch, 16)
     assert second["kernel"] == "rw_tma_reduce_f32" and second["block"] == (256, 1, 1)
     assert second["grid"] == (-(-batch * m * n // 256), 1, 1)
-    workspace = staging._ARENAS[(d.device, 7, "splitk")][-1]
-    assert workspace.numel() >= 16 * batch * m * n * 4
-    assert gemm["args"]["ws"] == second["args"]["ws"] == workspace.data_ptr()
+    assert gemm["args"]["ws"] == second["args"]["ws"] != 0 and not staging._ARENAS
     assert gemm["args"]["splits"] == second["args"]["splits"] == 16
     assert {key: second["args"][key] for key in ("M", "N", "batch", "c", "d", "alpha", "beta")} \
         == {"M": m, "N": n, "batch": batch, "c": c.data_ptr(), "d": d.data_ptr(), "alpha": 0.5,
             "beta": 2.0}
-    backend.bind(problem, config, ops)(a, b, c, d, 9)  # another stream: its own workspace
-    assert fake_driver.launches[-1]["args"]["ws"] == \
-        staging._ARENAS[(d.device, 9, "splitk")][-1].data_ptr() != workspace.data_ptr()
     flat = synthetic(m, n, k, "float16", b_layout="col", cc=(9, 0))
     ops = Operands(a[0], b[0], None, d[0], stream=7)
     backend.run(flat, ops, config)
     gemm, second = backend.native(flat, config, ops).steps
+    workspace = staging._ARENAS[(d.device, 7, "splitk")][-1]
+    assert workspace.numel() >= 16 * m * n * 4
     assert gemm.stream == second.stream == 7
     assert _slot_names(gemm, rw_kernels.TMA_PARAMS) == {"a_map": native.A + native.MAP,
                                                         "b_map": native.B + native.MAP,
