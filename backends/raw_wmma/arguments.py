@@ -12,6 +12,7 @@ from multibackend.backends.raw_wmma.kernels import (
     MAX_GRID_Y,
     REDUCE_THREADS,
     Kernel,
+    kbytes_of,
 )
 from multibackend.core.config import Config, Operands
 from multibackend.core.problem import Problem
@@ -56,7 +57,7 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
         "c_code": code, "d_code": code}
     if kernel.tma_boxes:
         del values["a"], values["b"], values["sba"], values["sbb"]
-        values.update(kbytes=a.shape[-1] * a.element_size(), ws=0, splits=kernel.splits)
+        values.update(kbytes=kbytes_of(problem), ws=0, splits=kernel.splits)
     elif kernel.source == "wmma_fast.cu":
         values.update(
             K=problem.k, lda=sa[1] if problem.a.layout == "row" else sa[2],
@@ -66,7 +67,7 @@ def gemm_arguments(problem: Problem, ops: Operands, kernel: Kernel) -> dict[str,
     else:
         values.update(sam=sa[1], sak=sa[2], sbk=sb[1], sbn=sb[2], satf=int(problem.saturate))
         if kernel.source in ("wmma_subbyte.cu", "mma_kmajor.cu"):
-            values["kbytes"] = a.shape[-1] * a.element_size()
+            values["kbytes"] = kbytes_of(problem)
         else:
             values["K"] = problem.k
     return values
@@ -96,23 +97,27 @@ def tensor_maps(problem: Problem, ops: Operands,
     operand (A row-, B column-major) as M rows or N columns of K bytes, an MN-major one as K
     rows of M or N elements' bytes."""
     a, b = ops.a, ops.b
-    sa, sb = _strides3(a), _strides3(b)
-    kbytes, size = a.shape[-1] * a.element_size(), a.element_size()
+    kbytes = kbytes_of(problem)
     box_a, box_b = kernel.tma_boxes
-    batch = problem.batch
-    if problem.a.layout == "row":
-        map_a = tensormap.TensorMap("A", a.data_ptr(), kbytes, problem.m, sa[1] * size, batch,
-                                    sa[0] * size, box_a)
-    else:
-        map_a = tensormap.TensorMap("A", a.data_ptr(), problem.m * size, problem.k,
-                                    sa[2] * size, batch, sa[0] * size, box_a)
-    if problem.b.layout == "col":
-        map_b = tensormap.TensorMap("B", b.data_ptr(), kbytes, problem.n, sb[2] * size, batch,
-                                    sb[0] * size, box_b)
-    else:
-        map_b = tensormap.TensorMap("B", b.data_ptr(), problem.n * size, problem.k,
-                                    sb[1] * size, batch, sb[0] * size, box_b)
-    return map_a, map_b
+    sa, sb = _strides3(a), _strides3(b)
+    # each operand's (M or N, its stride, K's stride): A is M x K, B is K x N
+    return (_operand_map(problem, "A", a, (problem.m, sa[1], sa[2]), problem.a.layout == "row",
+                         kbytes, box_a),
+            _operand_map(problem, "B", b, (problem.n, sb[2], sb[1]), problem.b.layout == "col",
+                         kbytes, box_b))
+
+
+def _operand_map(problem: Problem, name: str, t: Any, sides: tuple[int, int, int],
+                 kmajor: bool, kbytes: int, box: int) -> tensormap.TensorMap:
+    """One operand's tensor map: ``sides`` its rows along M or N, their stride and K's stride
+    (elements); K-major, those rows of ``kbytes``; else K rows of the M or N elements."""
+    rows, row_stride, k_stride = sides
+    size, batch_stride = t.element_size(), _strides3(t)[0] * t.element_size()
+    if kmajor:
+        return tensormap.TensorMap(name, t.data_ptr(), kbytes, rows, row_stride * size,
+                                   problem.batch, batch_stride, box)
+    return tensormap.TensorMap(name, t.data_ptr(), rows * size, problem.k, k_stride * size,
+                               problem.batch, batch_stride, box)
 
 
 def dot_plan(problem: Problem, ops: Operands, config: Config, sms: int) -> tuple[bool, int]:

@@ -250,16 +250,16 @@ class RawWmmaBackend(Backend):
         kmajor = (staging.offered(self, problem, KMAJOR_OFFERED, kmajor=True,
                                   keep=lambda c: c.name.startswith(KMAJOR_PREFIXES))
                   if mma_kind(problem) and mma_eligible(problem) is not None
-                  and not (sixteen_bit and problem.op == "matmul"
-                           and tma_eligible(staging.staged_problem(problem)) is None)
+                  and not (sixteen_bit and tma_eligible(staging.staged_problem(problem)) is None)
                   else [])
         if not sixteen_bit:
             out += kmajor
         fast = fast_eligible(problem)
         if fast is not None and sixteen_bit:
-            # the fast kernel on staged copies (see :mod:`multibackend.gpu.staging`) comes first
+            # the kernels on staged copies (see :mod:`multibackend.gpu.staging`) come first:
+            # on sm_90a the TMA kernel's choice and tiles, then every fast tile
             if fast_eligible(staging.staged_problem(problem)) is None:
-                out += staging.offered(self, problem, len(FAST_TILES))
+                out += staging.offered(self, problem, len(FAST_TILES) + len(TMA_TILES) + 1)
         if fast is None:
             out += [tile.config() for tile in FAST_TILES.values()]
         if sixteen_bit:

@@ -267,7 +267,7 @@ def tma_choice(problem: Problem) -> TmaTile:
     times the splits fill at most one (each split at least :data:`MIN_SPLIT_KTILES` k-tiles,
     at most :data:`MAX_SPLIT` splits)."""
     tile = TMA_TILES[TMA_SKINNY] if problem.m <= 64 else next(iter(TMA_TILES.values()))
-    tiles = -(-problem.m // tile.bm) * -(-problem.n // tile.bn) * problem.batch
+    tiles = max(1, -(-problem.m // tile.bm) * -(-problem.n // tile.bn) * problem.batch)
     if 2 * tiles >= WAVE_SMS:
         return tile
     ktiles = -(-kbytes_of(problem) // MMA_ROW_BYTES)
@@ -355,6 +355,10 @@ def kernel_for(problem: Problem, config: Config) -> Kernel:
                       fast_smem_bytes(fast.bm, fast.bn, fast.bk, fast.stages, lay[0] == "r",
                                       lay[1] == "r"), (fast.bm, fast.bn))
     tma = tma_tile(config.name)
+    if tma is None and config.name.startswith("tma_"):
+        raise InvalidArgument(f"raw_wmma: config is {config.name!r}: the TMA configs are "
+                              f"{', '.join(TMA_TILES)}, each also split along K "
+                              f"(<name>_k<splits>, 2 .. {MAX_SPLIT} splits)")
     if tma is not None:
         _require(tma_eligible(problem), config)
         suffix = "" if lay == "rc" else f"_{lay}"

@@ -163,8 +163,9 @@ def shape_free(problem: Problem, decision: Decision,
 
 def _offered(problem: Problem, name: str, config: Config | None,
              registry: Registry) -> tuple[Config, str]:
-    """``config`` where backend ``name`` offers a config of its name for ``problem`` and its
-    parameters pass the backend's check; the backend's own config of that name where they
+    """``config`` where backend ``name`` offers a config of its name for ``problem`` (listed,
+    or by :meth:`~multibackend.backends.base.Backend.config_named`) and its parameters pass
+    the backend's check; the backend's own config of that name where they
     do not (a table or store edited by hand or written by another version may hold
     parameters no kernel runs whole, which must never launch); else the backend's default.
     Each replacement comes with a note saying so (a config chosen for a neighbouring shape,
@@ -173,6 +174,8 @@ def _offered(problem: Problem, name: str, config: Config | None,
     if config is None:
         return chosen.default_config(problem), ""
     own = next((c for c in chosen.configs(problem) if c.name == config.name), None)
+    if own is None:  # a config the list leaves out but the backend runs, by its name
+        own = chosen.config_named(problem, config.name)
     if own is None:
         default = chosen.default_config(problem)
         return default, (f"; {config.name} is not among {name}'s configs for this problem: "

@@ -328,9 +328,7 @@ def test_wgmma_kernels_sass(builds):
             for what in ("WARPGROUP.ARRIVE", "WARPGROUP.DEPBAR.LE gsb0, 0x1", "FENCE.VIEW.ASYNC.S"):
                 assert what in text, f"{name}: no {what}"
             assert re.search(r"LDGSTS\.E\.BYPASS\.(LTC128B\.)?128\.ZFILL", text), name
-            assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
-            r = report[name]
-            assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+            _stores_pairwise_without_spills(name, kind, text, report)
 
 
 @pytest.mark.slow
@@ -368,9 +366,15 @@ def test_tma_kernels_sass(builds):
         assert ("USETMAXREG.DEALLOC" in text) == ("USETMAXREG.TRY" in text) == hands, name
         assert ("UCGABAR_WAIT" in text) == (cluster > 1), f"{name}: cluster barrier"
         assert "LDGSTS" not in text, f"{name}: copies through the threads"
-        assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
-        r = report[name]
-        assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
+        _stores_pairwise_without_spills(name, kind, text, report)
+
+
+def _stores_pairwise_without_spills(name: str, kind: str, text: str, report: dict) -> None:
+    """A warpgroup kernel's epilogue stores D pairwise (two 16-bit or two 32-bit outputs in
+    one store), and ptxas reports no spill and no stack for it."""
+    assert ("STG.E " if kind in ("f16", "bf16") else "STG.E.64") in text, name
+    r = report[name]
+    assert r["spill_stores"] == r["spill_loads"] == r["stack"] == 0, f"{name}: {r}"
 
 
 @pytest.mark.slow
@@ -409,6 +413,10 @@ def test_tma_choice_splits_k_where_the_tiles_fill_less_than_half_a_wave(m, n, k,
     assert kernel.splits == rw_kernels.tma_tile(want).split
     for bad in ("tma_64x256_c1_k1", "tma_64x256_c1_k17", "tma_96x256_c1_k2"):
         assert rw_kernels.tma_tile(bad) is None
+        with pytest.raises(InvalidArgument, match=r"each also split along K .*2 \.\. 16 splits"):
+            rw_kernels.kernel_for(problem, Config.of(bad))
+    empty = synthetic(0, n, k, dtype, b_layout="col")  # no tiles: a choice all the same
+    assert rw_kernels.tma_choice(empty).name.startswith(rw_kernels.TMA_SKINNY)
 
 
 def test_a_named_tma_config_runs_with_any_splits_the_list_leaves_out():

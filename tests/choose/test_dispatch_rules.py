@@ -38,6 +38,9 @@ class _Backend:
     def check_config(self, problem, config):
         return None
 
+    def config_named(self, problem, name):
+        return Config.of(name) if name == "unlisted" else None
+
     def built(self, problem, config):
         return self._built
 
@@ -173,6 +176,10 @@ def test_a_tuned_config_runs_only_where_its_backend_offers_it(monkeypatch):
     d = dispatch.decide(P, registry=_Registry())
     assert (d.backend, d.rule, d.config.name) == ("triton", "tuning-table", "default")
     assert "tile-of-another-shape is not among triton's configs" in d.detail
+    # a config the list leaves out but the backend runs by its name (config_named) is kept
+    tables.entries[P.key]["config"] = {"name": "unlisted"}
+    d = dispatch.decide(P, registry=_Registry())
+    assert (d.backend, d.rule, d.config.name) == ("triton", "tuning-table", "unlisted")
 
 
 def test_calls_with_other_kernel_options_have_keys_and_families_of_their_own():

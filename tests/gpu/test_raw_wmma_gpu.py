@@ -199,7 +199,8 @@ def test_ptx_mma_kernel_on_large_ragged_shapes(t):
 
 @pytest.mark.parametrize("layouts", [("row", "row"), ("col", "col"), ("col", "row")],
                          ids=["rr", "cc", "cr"])
-@pytest.mark.parametrize("t", [FLOAT_TYPES[0], FLOAT_TYPES[4]], ids=["float16", "bfloat16-float32"])
+@pytest.mark.parametrize("t", [FLOAT_TYPES[0], FLOAT_TYPES[4]],
+                         ids=["float16", "bfloat16-float32"])
 def test_tma_kernel_on_mn_major_operands(t, layouts):
     """The TMA kernel reading an M-major A or an N-major B where it lies (wgmma's transpose
     bits), over many k-tiles, ragged in M, N and K, batched with C; it is the backend's default
@@ -212,6 +213,7 @@ def test_tma_kernel_on_mn_major_operands(t, layouts):
     for config in rw_kernels.TMA_TILES:
         _run_and_check(t, layouts, config, 1000, 1031, 1029, pad=8)
         _run_and_check(t, layouts, config, 257, 383, 4099, batch=2, with_c=True, pad=8)
+        _run_and_check(t, layouts, config, 45, 40, 300, pad=8)  # M and N inside one box
 
 
 @pytest.mark.parametrize("t,layouts,config", [
@@ -224,7 +226,7 @@ def test_tma_kernel_on_mn_major_operands(t, layouts):
 ], ids=["f16-rr-64-k4", "bf16-rc-128-k3", "f16f32-cr-c2-k5", "tf32-rc-64-k7", "s8-rc-64-k4",
         "u8-rc-128-k16"])
 def test_tma_split_k_sums_every_split_once(t, layouts, config):
-    """Split-K: each split's partial written to the stream's workspace and the second pass
+    """Split-K: each split's partial written to the call's workspace and the second pass
     summing them with alpha, beta and C, on ragged shapes (K not a multiple of the splits'
     k-tiles, splits past the last k-tile summing zeros), batched; integers exact."""
     if _cc() != rw_kernels.WGMMA_CC:
